@@ -1,0 +1,63 @@
+"""Argument validation shared by the whole package.
+
+Every public function checks its inputs with these helpers so that bad input fails early with a
+``ValueError`` naming the parameter and the accepted range, never deep inside NumPy.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Iterable
+
+import numpy as np
+
+
+def _describe(lo, hi, lo_open, hi_open) -> str:
+    left = "(" if lo_open else "["
+    right = ")" if hi_open else "]"
+    lo_s = "-inf" if lo is None else f"{lo:g}"
+    hi_s = "inf" if hi is None else f"{hi:g}"
+    return f"{left}{lo_s}, {hi_s}{right}"
+
+
+def in_range(name: str, value, lo=None, hi=None, *, lo_open: bool = False, hi_open: bool = False):
+    """Return ``value`` (scalar or array) after checking that every entry lies in the interval.
+
+    Raises ``ValueError`` naming ``name`` and the interval otherwise (NaN is always rejected).
+    """
+    arr = np.asarray(value, dtype=float)
+    bad = np.isnan(arr)
+    if lo is not None:
+        bad |= arr <= lo if lo_open else arr < lo
+    if hi is not None:
+        bad |= arr >= hi if hi_open else arr > hi
+    if np.any(bad):
+        shown = value if arr.ndim == 0 else arr[bad].ravel()[:3].tolist()
+        raise ValueError(
+            f"{name} must lie in {_describe(lo, hi, lo_open, hi_open)}; got {shown}"
+        )
+    return value
+
+
+def positive(name: str, value):
+    """Check ``value > 0`` (entrywise)."""
+    return in_range(name, value, 0, None, lo_open=True)
+
+
+def nonnegative(name: str, value):
+    """Check ``value >= 0`` (entrywise)."""
+    return in_range(name, value, 0, None)
+
+
+def positive_int(name: str, value) -> int:
+    """Check that ``value`` is an integer >= 1 (bools are rejected) and return it as ``int``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer (>= 1); got {value!r}")
+    return int(value)
+
+
+def one_of(name: str, value, choices: Iterable):
+    """Check that ``value`` is one of ``choices``."""
+    choices = tuple(choices)
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+    return value

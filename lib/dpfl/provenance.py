@@ -1,0 +1,52 @@
+"""Where a result came from: package version, git commit, device, time."""
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import dpfl
+
+
+@functools.lru_cache(maxsize=1)
+def git_commit() -> str:
+    """The commit of the checkout this package runs from, with ``+dirty`` if it has local changes.
+
+    ``"unknown"`` when the package does not run from a git checkout.
+    """
+    root = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                             text=True, check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return sha + ("+dirty" if dirty else "")
+
+
+def device_name() -> str:
+    """The accelerator if torch is already loaded and sees one, else the CPU."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        return f"cuda ({torch.cuda.get_device_name(0)})"
+    return f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
+
+
+def provenance(**extra) -> dict:
+    """A JSON-able record of the environment a result was computed in, plus ``extra`` fields."""
+    record = {
+        "package": "dpfl",
+        "version": dpfl.__version__,
+        "git_commit": git_commit(),
+        "device": device_name(),
+        "python": platform.python_version(),
+        "host": platform.node(),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    record.update(extra)
+    return record

@@ -1,0 +1,198 @@
+"""Experiments as frozen configs, computed once and cached on disk.
+
+An experiment is a frozen dataclass with a ``compute(self)`` method that returns its result (any
+picklable value, typically a pandas DataFrame). ``run(config)`` is pure and idempotent: it returns
+the cached result for the config's hash when there is one, otherwise computes it and writes it
+atomically, with provenance (package version, git commit, device, wall time, seed). A grid run
+with :func:`run_many` therefore resumes where it was interrupted. Set ``FORCE=1`` in the
+environment (or pass ``force=True``) to recompute.
+
+A config class may set ``code_version: ClassVar[int]``; bump it when ``compute`` changes meaning,
+so that old cached results are no longer matched.
+
+>>> from dataclasses import dataclass
+>>> @dataclass(frozen=True)
+... class Square:
+...     x: float
+...     def compute(self):
+...         return self.x ** 2
+>>> import tempfile; cache = Cache(tempfile.mkdtemp())
+>>> run(Square(3.0), cache).value
+9.0
+>>> run(Square(3.0), cache).cached
+True
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import os
+import pickle
+import time
+from concurrent.futures import Executor
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from dpfl.io import atomic_path, write_text
+from dpfl.provenance import provenance
+
+__all__ = ["Cache", "Result", "config_hash", "run", "run_many", "default_cache"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """A computed (or cached) experiment result."""
+
+    config: Any
+    value: Any
+    provenance: dict
+    cached: bool = False
+
+
+def _jsonable(obj):
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in sorted(obj.items())}
+    if isinstance(obj, float):
+        return repr(obj)  # exact, and distinguishes 1.0 from 1
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    raise TypeError(f"config field of type {type(obj).__name__} cannot be hashed; "
+                    "use numbers, strings, tuples, enums or nested frozen dataclasses")
+
+
+def _check_config(config) -> None:
+    if not (dataclasses.is_dataclass(config) and not isinstance(config, type)):
+        raise ValueError(f"config must be a dataclass instance; got {type(config).__name__}")
+    if not type(config).__dataclass_params__.frozen:
+        raise ValueError(f"config class {type(config).__name__} must be a frozen dataclass")
+    if not callable(getattr(config, "compute", None)):
+        raise ValueError(f"config class {type(config).__name__} must define compute(self)")
+
+
+def config_hash(config) -> str:
+    """A stable 16-hex-digit hash of the config's class, code version and field values."""
+    _check_config(config)
+    kind = type(config)
+    payload = {
+        "type": f"{kind.__module__}.{kind.__qualname__}",
+        "code_version": getattr(kind, "code_version", 0),
+        "fields": _jsonable(config),
+    }
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class Cache:
+    """A directory of results, one pickle per config (plus a JSON sidecar for people to read)."""
+
+    def __init__(self, root):
+        self.root = Path(root)
+
+    def path(self, config) -> Path:
+        return self.root / f"{type(config).__name__}-{config_hash(config)}.pkl"
+
+    def load(self, config) -> Result | None:
+        path = self.path(config)
+        if not path.exists():
+            return None
+        with path.open("rb") as fh:
+            stored = pickle.load(fh)
+        return Result(config, stored["value"], stored["provenance"], cached=True)
+
+    def store(self, result: Result) -> Path:
+        path = self.path(result.config)
+        sidecar = {"config": _jsonable(result.config), "provenance": result.provenance}
+        write_text(path.with_suffix(".json"), json.dumps(sidecar, indent=2) + "\n")
+        with atomic_path(path) as tmp, tmp.open("wb") as fh:
+            pickle.dump({"value": result.value, "provenance": result.provenance}, fh,
+                        protocol=pickle.HIGHEST_PROTOCOL)
+        return path
+
+    def __repr__(self) -> str:
+        return f"Cache({str(self.root)!r})"
+
+
+def default_cache() -> Cache:
+    """``$DPFL_CACHE`` if set, else ``~/.cache/dpfl/runs``."""
+    root = os.environ.get("DPFL_CACHE") or Path.home() / ".cache" / "dpfl" / "runs"
+    return Cache(root)
+
+
+def _force_from_env() -> bool:
+    return os.environ.get("FORCE", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _compute(config) -> Result:
+    start = time.perf_counter()
+    value = config.compute()
+    wall = time.perf_counter() - start
+    record = provenance(wall_time_s=round(wall, 4), seed=getattr(config, "seed", None),
+                        config_hash=config_hash(config))
+    return Result(config, value, record, cached=False)
+
+
+def run(config, cache: Cache | None = None, *, force: bool | None = None) -> Result:
+    """Return the result of ``config.compute()``, from ``cache`` when present.
+
+    ``force`` (default: the ``FORCE`` environment variable) recomputes and overwrites.
+    """
+    _check_config(config)
+    cache = cache or default_cache()
+    force = _force_from_env() if force is None else force
+    if not force:
+        hit = cache.load(config)
+        if hit is not None:
+            return hit
+    result = _compute(config)
+    cache.store(result)
+    return result
+
+
+def run_many(configs: Iterable, cache: Cache | None = None, *, executor: Executor | None = None,
+             force: bool | None = None, progress: bool = True) -> list[Result]:
+    """Run a grid of configs; cached ones are reused, so an interrupted grid resumes.
+
+    ``executor`` is any ``concurrent.futures.Executor`` (a process pool, or a cluster executor
+    with the same interface); results are written by this process as they arrive.
+    """
+    configs: Sequence = list(configs)
+    for config in configs:
+        _check_config(config)
+    cache = cache or default_cache()
+    force = _force_from_env() if force is None else force
+    results: list[Result | None] = [None if force else cache.load(c) for c in configs]
+    todo = [i for i, r in enumerate(results) if r is None]
+    bar = _progress(len(todo), progress, f"{len(configs) - len(todo)} cached")
+    try:
+        if executor is None:
+            for i in todo:
+                results[i] = _compute(configs[i])
+                cache.store(results[i])
+                bar.update(1)
+        else:
+            futures = {executor.submit(_compute, configs[i]): i for i in todo}
+            from concurrent.futures import as_completed
+
+            for fut in as_completed(futures):
+                i = futures[fut]
+                results[i] = fut.result()
+                cache.store(results[i])
+                bar.update(1)
+    finally:
+        bar.close()
+    return results  # type: ignore[return-value]
+
+
+def _progress(total: int, enabled: bool, note: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, disable=not enabled or total == 0, desc=f"runs ({note})",
+                unit="run", leave=False)

@@ -1,0 +1,1 @@
+"""Closed-form analyses and numerical checks of the papers' theorems (no training)."""
