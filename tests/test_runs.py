@@ -1,0 +1,114 @@
+"""dpfl.runs: hashing, caching, atomic writes, resume, FORCE, provenance."""
+import dataclasses
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from dpfl import runs
+
+CALLS = []
+
+
+@dataclasses.dataclass(frozen=True)
+class Square:
+    x: float
+    seed: int = 0
+    fail: bool = False
+
+    def compute(self):
+        CALLS.append(self.x)
+        if self.fail:
+            raise RuntimeError("interrupted")
+        return {"y": self.x ** 2}
+
+
+@dataclasses.dataclass(frozen=True)
+class Square2(Square):
+    code_version = 2
+
+
+@pytest.fixture(autouse=True)
+def _reset(monkeypatch):
+    CALLS.clear()
+    monkeypatch.delenv("FORCE", raising=False)
+
+
+def test_hash_is_stable_and_sensitive_to_fields_type_and_version():
+    h = runs.config_hash(Square(1.0))
+    assert h == runs.config_hash(Square(1.0)) and len(h) == 16
+    assert h != runs.config_hash(Square(1.0, seed=1))
+    assert h != runs.config_hash(Square(1))          # 1 and 1.0 are different configs
+    assert h != runs.config_hash(Square2(1.0))
+
+
+def test_run_computes_once_then_reads_the_cache(tmp_path):
+    cache = runs.Cache(tmp_path)
+    first = runs.run(Square(3.0, seed=7), cache)
+    second = runs.run(Square(3.0, seed=7), cache)
+    assert first.value == second.value == {"y": 9.0}
+    assert (first.cached, second.cached) == (False, True)
+    assert CALLS == [3.0]
+    prov = second.provenance
+    assert prov["seed"] == 7 and prov["wall_time_s"] >= 0
+    assert {"version", "git_commit", "device", "created", "config_hash"} <= set(prov)
+    assert cache.path(Square(3.0, seed=7)).with_suffix(".json").exists()
+
+
+def test_force_recomputes(tmp_path, monkeypatch):
+    cache = runs.Cache(tmp_path)
+    runs.run(Square(2.0), cache)
+    monkeypatch.setenv("FORCE", "1")
+    assert runs.run(Square(2.0), cache).cached is False
+    monkeypatch.setenv("FORCE", "0")
+    assert runs.run(Square(2.0), cache).cached is True
+    assert runs.run(Square(2.0), cache, force=True).cached is False
+    assert CALLS == [2.0, 2.0, 2.0]
+
+
+def test_failed_compute_leaves_nothing_behind(tmp_path):
+    cache = runs.Cache(tmp_path)
+    with pytest.raises(RuntimeError):
+        runs.run(Square(1.0, fail=True), cache)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_interrupted_grid_resumes_where_it_stopped(tmp_path):
+    cache = runs.Cache(tmp_path)
+    grid = [Square(1.0), Square(2.0), Square(3.0, fail=True), Square(4.0)]
+    with pytest.raises(RuntimeError):
+        runs.run_many(grid, cache, progress=False)
+    assert CALLS == [1.0, 2.0, 3.0]
+    CALLS.clear()
+    grid[2] = Square(3.0)
+    results = runs.run_many(grid, cache, progress=False)
+    assert CALLS == [3.0, 4.0]
+    assert [r.value["y"] for r in results] == [1.0, 4.0, 9.0, 16.0]
+    assert [r.cached for r in results] == [True, True, False, False]
+
+
+def test_run_many_with_an_executor(tmp_path):
+    cache = runs.Cache(tmp_path)
+    with ThreadPoolExecutor(2) as pool:
+        results = runs.run_many([Square(float(i)) for i in range(5)], cache, executor=pool, progress=False)
+    assert [r.value["y"] for r in results] == [0.0, 1.0, 4.0, 9.0, 16.0]
+    assert all(cache.load(Square(float(i))) for i in range(5))
+
+
+def test_bad_configs_are_rejected():
+    @dataclasses.dataclass
+    class Mutable:
+        x: int = 0
+
+        def compute(self):
+            return 0
+
+    @dataclasses.dataclass(frozen=True)
+    class NoCompute:
+        x: int = 0
+
+    with pytest.raises(ValueError, match="frozen"):
+        runs.config_hash(Mutable())
+    with pytest.raises(ValueError, match="compute"):
+        runs.config_hash(NoCompute())
+    with pytest.raises(ValueError, match="dataclass"):
+        runs.run({"x": 1})
