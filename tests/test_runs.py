@@ -112,3 +112,11 @@ def test_bad_configs_are_rejected():
         runs.config_hash(NoCompute())
     with pytest.raises(ValueError, match="dataclass"):
         runs.run({"x": 1})
+
+
+def test_atomic_writes_get_ordinary_permissions(tmp_path):
+    from dpfl.io import write_text
+
+    path = write_text(tmp_path / "a.txt", "x")
+    assert path.stat().st_mode & 0o044 == 0o044          # group/other may read, as with open()
+    assert [p.name for p in tmp_path.iterdir()] == ["a.txt"]

@@ -11,6 +11,9 @@ import os
 import tempfile
 from pathlib import Path
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
 
 @contextlib.contextmanager
 def atomic_path(path):
@@ -24,6 +27,7 @@ def atomic_path(path):
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the usual permissions
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
