@@ -1,0 +1,276 @@
+"""f-differential privacy: trade-off functions, subsampling, federated amplification, composition.
+
+Follows Dong, Roth & Su 2019 (*Gaussian Differential Privacy*) as used by Zheng et al. 2021
+(*Federated f-Differential Privacy*, §3). Neighbouring: replace-one; every trade-off function
+here is **symmetric** (f = f⁻¹), as all those in the papers are.
+
+Representation. A symmetric trade-off function f is the trade-off T(P, Q) of P = U[0,1] against Q
+with density −f′; it is determined by the law of the privacy loss L = log(dQ/dP):
+
+* ``survival_q(ℓ) = Q(L > ℓ)`` and ``survival_p(ℓ) = P(L > ℓ)``;
+* f(α) is the curve α = P(L > ℓ), f(α) = 1 − Q(L > ℓ) traced over ℓ (Neyman–Pearson);
+* δ(ε) = Q(L > ε) − e^ε P(L > ε) (the hockey-stick divergence; Dong et al. Prop. 2.12).
+
+Composition convolves the laws of L under Q on a grid of width ``h`` (FFT), rounding losses **up**
+so that every δ(ε) and every trade-off value we report errs on the side of less privacy.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+import numpy as np
+from scipy.stats import norm
+
+from dpfl import checks
+from dpfl.accounting._solve import solve_increasing
+
+__all__ = ["TradeOff", "gaussian", "identity", "subsample", "subsample_parts", "federated_amplify",
+           "compose", "compose_n", "to_epsilon_delta", "epsilon"]
+
+_TAIL = 1e-16          # loss mass left outside the grid (moved to +∞: pessimistic)
+
+
+@dataclasses.dataclass(frozen=True)
+class TradeOff:
+    """A symmetric trade-off function, evaluated on arrays of α ∈ [0, 1]."""
+
+    name: str
+    fn: Callable = dataclasses.field(repr=False)
+    survival_q: Callable = dataclasses.field(repr=False)
+    survival_p: Callable = dataclasses.field(repr=False)
+    loss_range: tuple = dataclasses.field(repr=False)   # (ℓ_lo, ℓ_hi) holding all but ~1e-16 mass
+
+    def __call__(self, alpha):
+        alpha = np.asarray(checks.in_range("alpha", alpha, 0, 1), dtype=float)
+        out = np.clip(self.fn(alpha), 0.0, 1.0 - alpha)
+        return out[()] if out.ndim == 0 else out
+
+
+def _gaussian_range(mu: float) -> tuple:
+    half = mu * mu / 2
+    return (-half - 10 * mu, half + 10 * mu)
+
+
+def gaussian(mu: float) -> TradeOff:
+    """G_μ(α) = Φ(Φ⁻¹(1 − α) − μ) = T(N(0,1), N(μ,1)) (Dong, Roth & Su 2019, eq. 2.2)."""
+    mu = float(checks.nonnegative("mu", mu))
+    if mu == 0:
+        return identity()
+    return TradeOff(
+        f"G_{mu:g}",
+        lambda a: norm.cdf(norm.isf(a) - mu),
+        lambda l: norm.cdf(mu / 2 - np.asarray(l, dtype=float) / mu),
+        lambda l: norm.cdf(-mu / 2 - np.asarray(l, dtype=float) / mu),
+        _gaussian_range(mu))
+
+
+def identity() -> TradeOff:
+    """Id(α) = 1 − α: perfect privacy (L ≡ 0)."""
+    step = lambda l: (np.asarray(l, dtype=float) < 0).astype(float)
+    return TradeOff("Id", lambda a: 1.0 - a, step, step, (0.0, 0.0))
+
+
+def _f_p(f: TradeOff, p: float):
+    return lambda a: p * f.fn(a) + (1 - p) * (1 - a)
+
+
+def _inverse(g, alpha, upper: float, iterations: int = 80):
+    """f⁻¹(α) = inf{t ∈ [0, upper] : g(t) ≤ α} for decreasing g, by vectorised bisection."""
+    lo = np.zeros_like(alpha)
+    hi = np.full_like(alpha, upper)
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        above = g(mid) > alpha
+        lo = np.where(above, mid, lo)
+        hi = np.where(above, hi, mid)
+    return hi
+
+
+def subsample_parts(f: TradeOff, p: float):
+    """(f_p, f_p⁻¹) with f_p = p f + (1 − p) Id (Zheng et al. §3.4), for figures such as Fig. E.1."""
+    checks.in_range("p", p, 0, 1, lo_open=True)
+    f_p = _f_p(f, float(p))
+    return f_p, lambda a: _inverse(f_p, np.asarray(a, dtype=float), 1.0)
+
+
+def subsample(f: TradeOff, p: float) -> TradeOff:
+    """C_p(f) = min{f_p, f_p⁻¹}** (Zheng et al. §3.4; Dong, Roth & Su 2019, Thm 4.2).
+
+    The trade-off of one step of a mechanism that is f-DP run on a subsample of a fixed fraction
+    p drawn **without replacement** (replace-one neighbours). For symmetric f, with x* the point
+    where f′ = −1 (x* = Φ(−μ/2) for G_μ, independent of p): C_p(f) = f_p on [0, x*], the line
+    x* + f_p(x*) − α on [x*, f_p(x*)], and f_p⁻¹ beyond (details.md §1.1).
+    """
+    checks.in_range("p", p, 0, 1, lo_open=True)
+    p = float(p)
+    if p == 1.0:
+        return f
+    f_p = _f_p(f, p)
+    x_star = float(f.survival_p(0.0))
+    y_star = float(f_p(np.asarray(x_star)))
+
+    def fn(a):
+        a = np.asarray(a, dtype=float)
+        inv = _inverse(f_p, a, x_star)
+        return np.where(a <= x_star, f_p(a), np.where(a <= y_star, x_star + y_star - a, inv))
+
+    def shifted(l):  # loss ℓ of C_p(f) ↔ loss of f: e^ℓ' = (e^|ℓ| − 1 + p)/p
+        l = np.asarray(l, dtype=float)
+        return np.log((np.expm1(np.abs(l)) + p) / p)
+
+    def survival_q(l):
+        l = np.asarray(l, dtype=float)
+        s = shifted(l)
+        pos = p * f.survival_q(s) + (1 - p) * f.survival_p(s)
+        return np.where(l >= 0, pos, 1 - f.survival_p(s))
+
+    def survival_p(l):
+        l = np.asarray(l, dtype=float)
+        s = shifted(l)
+        neg = 1 - (p * f.survival_q(s) + (1 - p) * f.survival_p(s))
+        return np.where(l >= 0, f.survival_p(s), neg)
+
+    lo, hi = f.loss_range
+    bound = max(abs(lo), abs(hi))
+    span = math.log1p(p * math.expm1(min(bound, 700.0)))
+    return TradeOff(f"C_{p:g}({f.name})", fn, survival_q, survival_p, (-span, span))
+
+
+def federated_amplify(f: TradeOff, p: float) -> TradeOff:
+    """g_p(α) = max(f(α), 1 − α − p²): client sampling with probability p (Zheng et al. Lemma 3.8).
+
+    The TV bound 1 − α − p² adds a straight piece of slope −1 (loss 0) between the points a and
+    b = 1 − a − p² where f crosses it.
+    """
+    checks.in_range("p", p, 0, 1, hi_open=False, lo_open=True)
+    c = float(p) ** 2
+    x0 = float(f.survival_p(0.0))
+    gap = lambda x: f.fn(np.asarray(x)) - (1 - x - c)
+    if float(gap(x0)) >= 0:          # the TV line never rises above f
+        return dataclasses.replace(f, name=f"max({f.name}, 1-α-{c:g})")
+    a = float(_inverse(lambda x: gap(x), np.asarray(0.0), x0))     # first root of f − line
+    fa = float(f.fn(np.asarray(a)))
+    b = 1 - a - c
+
+    def survival_q(l):
+        l = np.asarray(l, dtype=float)
+        return np.where(l >= 0, np.minimum(f.survival_q(l), 1 - fa), np.maximum(f.survival_q(l), 1 - a))
+
+    def survival_p(l):
+        l = np.asarray(l, dtype=float)
+        return np.where(l >= 0, np.minimum(f.survival_p(l), a), np.maximum(f.survival_p(l), b))
+
+    return TradeOff(f"max({f.name}, 1-α-{c:g})", lambda x: np.maximum(f.fn(x), 1 - x - c),
+                    survival_q, survival_p, f.loss_range)
+
+
+def to_epsilon_delta(f: TradeOff, eps):
+    """δ(ε) such that f-DP implies (ε, δ(ε))-DP: 1 + f*(−e^ε) = Q(L > ε) − e^ε P(L > ε)
+    (Dong, Roth & Su 2019, Prop. 2.12). Exact for the tightest (ε, δ) pairs of f."""
+    eps = np.asarray(checks.nonnegative("eps", eps), dtype=float)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = f.survival_q(eps) - np.exp(eps) * f.survival_p(eps)
+    out = np.clip(np.nan_to_num(out, nan=0.0), 0.0, 1.0)
+    return out[()] if out.ndim == 0 else out
+
+
+def epsilon(f: TradeOff, delta: float) -> float:
+    """Smallest ε ≥ 0 with ``to_epsilon_delta(f, ε) ≤ δ``."""
+    checks.in_range("delta", delta, 0, 1, lo_open=True, hi_open=True)
+    with np.errstate(divide="ignore"):
+        return solve_increasing(lambda e: -math.log(max(float(to_epsilon_delta(f, e)), 1e-320)),
+                                -math.log(delta), 0.0, 1.0, log_scale=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# Numerical composition on a loss grid
+# ----------------------------------------------------------------------------------------------
+
+def _discretise(f: TradeOff, h: float):
+    """Q-law of ⌈L/h⌉·h on the grid: (first index, pmf, mass at +∞)."""
+    lo, hi = f.loss_range
+    i_lo, i_hi = math.floor(lo / h) - 1, math.ceil(hi / h) + 1
+    grid = np.arange(i_lo, i_hi + 1) * h
+    surv = np.asarray(f.survival_q(grid), dtype=float)
+    pmf = np.empty_like(surv)
+    pmf[0] = 1.0 - surv[0]                 # all mass at or below the bottom, rounded up to it
+    pmf[1:] = surv[:-1] - surv[1:]         # mass in (ℓ_{i−1}, ℓ_i] goes to ℓ_i
+    return i_lo, np.clip(pmf, 0.0, None), float(max(surv[-1], 0.0))
+
+
+def _from_pmf(name: str, i_lo: int, pmf: np.ndarray, inf_mass: float, h: float) -> TradeOff:
+    pmf = np.where(pmf > 1e-300, pmf, 0.0)
+    keep = np.nonzero(pmf)[0]
+    if keep.size == 0:
+        pmf, i_lo, keep = np.array([0.0]), 0, np.array([0])
+    pmf = pmf[keep[0]:keep[-1] + 1]
+    i_lo += int(keep[0])
+    grid = (i_lo + np.arange(pmf.size)) * h
+    # Survival functions of the discrete law: Q(L > ℓ) and P(L > ℓ) = Σ_{ℓ_i > ℓ} q_i e^{−ℓ_i}.
+    sq_tail = np.concatenate([np.cumsum(pmf[::-1])[::-1], [0.0]]) + inf_mass
+    sp_tail = np.concatenate([np.cumsum((pmf * np.exp(-grid))[::-1])[::-1], [0.0]])
+
+    def index(l):
+        return np.searchsorted(grid, np.asarray(l, dtype=float), side="right")
+
+    survival_q = lambda l: np.minimum(sq_tail[index(l)], 1.0)
+    survival_p = lambda l: np.minimum(sp_tail[index(l)], 1.0)
+    # Trade-off curve: the points (P(L > ℓ_i), 1 − Q(L > ℓ_i)), joined linearly (exact for the
+    # discrete pair), ordered by increasing α.
+    alphas = np.concatenate([[0.0], sp_tail[::-1][1:], [1.0]])
+    betas = np.concatenate([[1.0 - sq_tail[-1]], 1.0 - sq_tail[::-1][1:], [0.0]])
+    alphas = np.minimum(np.maximum.accumulate(alphas), 1.0)
+    fn = lambda a: np.interp(a, alphas, betas)
+    return TradeOff(name, fn, survival_q, survival_p, (grid[0], grid[-1]))
+
+
+def compose(f: TradeOff, g: TradeOff, *, h: float = 1e-4) -> TradeOff:
+    """f ⊗ g, the trade-off of the product pair (Dong, Roth & Su 2019, Def. 3.1), numerically.
+
+    The laws of the privacy loss under Q are discretised on a grid of width ``h`` (losses rounded
+    up) and convolved; the result is again a symmetric trade-off function.
+    """
+    return _compose_grid([(f, 1), (g, 1)], h, f"{f.name} ⊗ {g.name}")
+
+
+def compose_n(f: TradeOff, k: int, *, h: float = 1e-4) -> TradeOff:
+    """f^{⊗k}, numerically (FFT power of the discretised loss law; see :func:`compose`)."""
+    k = checks.positive_int("k", k)
+    if k == 1:
+        return f
+    return _compose_grid([(f, k)], h, f"{f.name}^⊗{k}")
+
+
+def _compose_grid(parts, h: float, name: str) -> TradeOff:
+    """Compose [(f, k), …] on a loss grid of width h by FFT (circular, over a window that holds
+    all but a negligible mass of the composed loss)."""
+    checks.positive("h", h)
+    pieces, mean, var, width, log_keep = [], 0.0, 0.0, 0, 0.0
+    for f, k in parts:
+        i_lo, pmf, inf_mass = _discretise(f, h)
+        grid = (i_lo + np.arange(pmf.size)) * h
+        total = max(pmf.sum(), 1e-300)
+        m = float(pmf @ grid) / total
+        mean += k * m
+        var += k * float(pmf @ (grid - m) ** 2) / total
+        width += k * pmf.size if k * pmf.size < 1 << 22 else pmf.size
+        log_keep += k * math.log1p(-inf_mass) if inf_mass < 1 else -math.inf
+        pieces.append((i_lo, pmf, k))
+    # The composed loss (sum of the grid indices) lies within mean ± 40 sd, and within the sum of
+    # the supports, but for mass far below 1e-16: the circular FFT window covers the smaller.
+    half = min(40 * math.sqrt(var) + 10 * h * max(p.size for _, p, _ in pieces), width * h)
+    start = math.floor((mean - half) / h) - 1
+    size = 1 << max(4, math.ceil(math.log2(2 * half / h + 4)))
+    spectrum = np.ones(size // 2 + 1, dtype=complex)
+    for i_lo, pmf, k in pieces:
+        buf = np.zeros(size)
+        np.add.at(buf, np.arange(i_lo, i_lo + pmf.size) % size, pmf)  # absolute index mod size
+        spectrum *= np.fft.rfft(buf) ** k
+    dense = np.clip(np.fft.irfft(spectrum, n=size), 0.0, None)
+    # The composed index J is stored at J mod size; unwrap into [start, start + size).
+    first = start % size
+    pmf = np.roll(dense, -first)
+    inf_mass = 1.0 - (math.exp(log_keep) if log_keep > -math.inf else 0.0)
+    return _from_pmf(name, start, pmf, inf_mass, h)
