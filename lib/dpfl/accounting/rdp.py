@@ -118,6 +118,15 @@ def subsampled_gaussian(q, sigma, orders=None, sampling: str = "poisson"):
     return out
 
 
+def _log_expm1(x):
+    """log(e^x − 1) without overflow (−inf at x = 0)."""
+    x = np.asarray(x, dtype=float)
+    big = np.maximum(x, 30.0)
+    with np.errstate(divide="ignore"):
+        small = np.log(np.expm1(np.minimum(x, 30.0)))
+    return np.where(x > 30, big + np.log1p(-np.exp(-big)), small)
+
+
 def _check_curve(rdp, orders):
     orders = _orders(orders)
     rdp = np.broadcast_to(np.asarray(rdp, dtype=float), orders.shape)
@@ -142,8 +151,7 @@ def epsilon(rdp, orders, delta, conversion: str = "improved") -> float:
         eps = rdp - np.log(delta) / am1
     else:
         branch1 = rdp + np.log1p(-1 / orders) - (np.log(delta) + np.log(orders)) / am1
-        with np.errstate(over="ignore"):
-            branch2 = np.log1p(np.expm1(am1 * rdp) / (orders * delta)) / am1
+        branch2 = np.logaddexp(0.0, _log_expm1(am1 * rdp) - np.log(orders * delta)) / am1
         eps = np.minimum(branch1, branch2)
     return float(max(0.0, np.min(eps)))
 
@@ -158,9 +166,8 @@ def delta(rdp, orders, eps, conversion: str = "improved") -> float:
         log_delta = am1 * (rdp - eps)
     else:
         branch1 = am1 * (rdp - eps + np.log1p(-1 / orders)) - np.log(orders)
-        with np.errstate(over="ignore", divide="ignore"):
-            branch2 = (np.log(np.expm1(am1 * rdp)) - np.log(orders) - np.log(np.expm1(am1 * eps))
-                       if eps > 0 else np.full_like(rdp, np.inf))
+        branch2 = (_log_expm1(am1 * rdp) - np.log(orders) - _log_expm1(am1 * eps)
+                   if eps > 0 else np.full_like(rdp, np.inf))
         log_delta = np.minimum(branch1, branch2)
     return float(min(1.0, np.exp(np.min(log_delta))))
 

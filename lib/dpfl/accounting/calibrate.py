@@ -1,0 +1,69 @@
+"""Calibration: the smallest noise, or the largest number of steps, that meets a privacy target.
+
+Works with any accounting in this package through a callable: ``epsilon_of_sigma(σ)`` must be
+non-increasing in σ, ``epsilon_of_steps(T)`` non-decreasing in T. The search brackets the answer
+geometrically, then bisects (on log σ; on integers for steps), so it needs no derivative and
+tolerates plateaus and infinities.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from dpfl import checks
+from dpfl.accounting.accountant import Accountant, SampledGaussianEvent
+
+__all__ = ["smallest_sigma", "largest_steps", "dpsgd_sigma"]
+
+
+def smallest_sigma(epsilon_of_sigma: Callable[[float], float], target_eps: float, *,
+                   lo: float = 0.05, hi: float = 1.0, rtol: float = 1e-6, max_sigma: float = 1e6) -> float:
+    """Smallest σ with ``epsilon_of_sigma(σ) ≤ target_eps`` (to relative tolerance ``rtol``).
+
+    Raises ``ValueError`` when even ``max_sigma`` does not meet the target.
+    """
+    checks.positive("target_eps", target_eps)
+    checks.positive("lo", lo)
+    ok = lambda s: epsilon_of_sigma(s) <= target_eps
+    while not ok(hi):
+        lo, hi = hi, hi * 2
+        if hi > max_sigma:
+            raise ValueError(f"target_eps {target_eps} is not reached for any sigma ≤ {max_sigma:g}")
+    while ok(lo) and lo > 1e-6:
+        lo /= 2
+    if ok(lo):
+        return lo
+    while hi / lo > 1 + rtol:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
+
+
+def largest_steps(epsilon_of_steps: Callable[[int], float], target_eps: float, *,
+                  max_steps: int = 10 ** 9) -> int:
+    """Largest integer T ≥ 0 with ``epsilon_of_steps(T) ≤ target_eps`` (0 if even T = 1 fails)."""
+    checks.positive("target_eps", target_eps)
+    ok = lambda t: epsilon_of_steps(t) <= target_eps
+    if not ok(1):
+        return 0
+    lo, hi = 1, 2
+    while ok(hi):
+        lo, hi = hi, hi * 2
+        if hi > max_steps:
+            return max_steps
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
+
+
+def dpsgd_sigma(eps: float, delta: float, q: float, steps: int, *, method: str = "rdp",
+                sampling: str = "poisson", rtol: float = 1e-6) -> float:
+    """Smallest noise multiplier for ``steps`` subsampled-Gaussian steps to be (ε, δ)-DP."""
+    checks.positive_int("steps", steps)
+
+    def eps_of(sigma: float) -> float:
+        acc = Accountant(method).compose(SampledGaussianEvent(sigma, q, sampling), steps)
+        return acc.epsilon(delta)
+
+    return smallest_sigma(eps_of, eps, rtol=rtol)

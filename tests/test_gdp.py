@@ -1,0 +1,66 @@
+"""dpfl.accounting.gdp: Zheng et al.'s published μ values, opacus, closed forms."""
+import numpy as np
+import pytest
+
+from dpfl.accounting import gdp
+
+# details.md §1.3: (table, σ, B, n, K, R, published μ_max)
+ZHENG_MU = [
+    ("T1", 1.0, 16, 600, 38, 93, 2.71), ("T1", 0.9, 16, 600, 38, 83, 3.10), ("T1", 0.75, 16, 600, 38, 64, 3.96),
+    ("T1", 1.0, 16, 600, 38, 194, 3.92), ("T1", 0.9, 16, 600, 38, 176, 4.51), ("T1", 0.75, 16, 600, 38, 127, 5.58),
+    ("T1", 1.0, 16, 600, 38, 386, 5.52), ("T1", 0.9, 16, 600, 38, 325, 6.13), ("T1", 0.75, 16, 600, 38, 245, 7.75),
+    ("T2", 1.0, 8, 600, 76, 266, 3.24), ("T2", 0.9, 8, 600, 76, 229, 3.64), ("T2", 0.75, 8, 600, 76, 191, 4.84),
+    ("T3", 1.0, 16, 500, 32, 468, 6.70), ("T3", 0.75, 16, 500, 32, 321, 9.77), ("T3", 0.5, 16, 500, 32, 207, 26.81),
+    ("T3", 1.0, 16, 500, 32, 904, 9.31), ("T3", 0.75, 16, 500, 32, 671, 14.13), ("T3", 0.5, 16, 500, 32, 405, 37.51),
+]
+
+
+@pytest.mark.parametrize("table, sigma, B, n, K, R, published", ZHENG_MU)
+def test_mu_dpsgd_reproduces_zheng_tables(table, sigma, B, n, K, R, published):
+    assert gdp.mu_dpsgd(sigma, B, n, K * R) == pytest.approx(published, abs=0.01)
+
+
+def test_poisson_clt_does_not_reproduce_the_tables():
+    """details.md §1.3: the Poisson CLT gives 2.08 instead of 2.71 — the tables use the WOR form."""
+    assert gdp.mu_dpsgd_poisson(1.0, 16 / 600, 38 * 93) == pytest.approx(2.08, abs=0.01)
+
+
+@pytest.mark.parametrize("sigma, q, steps", [(1.0, 0.01, 1000), (0.7, 0.05, 300), (2.0, 0.001, 10 ** 6)])
+def test_poisson_mu_and_epsilon_match_opacus(sigma, q, steps):
+    ogdp = pytest.importorskip("opacus.accountants.analysis.gdp")
+    mu = gdp.mu_dpsgd_poisson(sigma, q, steps)
+    assert mu == pytest.approx(ogdp.compute_mu_poisson(steps=steps, noise_multiplier=sigma, sample_rate=q), rel=1e-12)
+    eps_ref = ogdp.compute_eps_poisson(steps=steps, noise_multiplier=sigma, sample_rate=q, delta=1e-5)
+    assert gdp.epsilon(mu, 1e-5) == pytest.approx(eps_ref, rel=1e-6)
+
+
+def test_epsilon_inverts_delta_and_matches_details_table():
+    # details.md §1.3, GDP → (ε, δ) at δ = 1e-5.
+    for mu, eps in [(2.71, 14.6), (3.92, 23.7), (5.52, 38.0), (9.31, 82.2)]:
+        assert gdp.epsilon(mu, 1e-5) == pytest.approx(eps, abs=0.06)
+    eps = gdp.epsilon(np.array([0.5, 1.0, 3.0]), 1e-6)
+    np.testing.assert_allclose(gdp.delta(np.array([0.5, 1.0, 3.0]), eps), 1e-6, rtol=1e-8)
+
+
+def test_composition_and_federated_mu():
+    assert gdp.compose(3.0, 4.0) == pytest.approx(5.0)
+    mu1 = gdp.mu_dpsgd(1.0, 16, 600, 38 * 50)
+    mu2 = gdp.mu_dpsgd(1.0, 16, 600, 38 * 50)
+    assert gdp.compose(mu1, mu2) == pytest.approx(gdp.mu_dpsgd(1.0, 16, 600, 38 * 100), rel=1e-12)
+    assert gdp.strong_federated_mu(2.0, 101) == pytest.approx(20.0)
+
+
+def test_monotone_in_sigma_and_steps():
+    sig = np.linspace(0.3, 100, 200)
+    assert np.all(np.diff(gdp.mu_dpsgd(sig, 16, 600, 1000)) < 0)
+    assert np.all(np.diff(gdp.mu_dpsgd(1.0, 16, 600, np.arange(1, 10 ** 6, 1000))) > 0)
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: gdp.mu_dpsgd(0.0, 16, 600, 10), "sigma"), (lambda: gdp.mu_dpsgd(1.0, 700, 600, 10), "batch_size"),
+    (lambda: gdp.mu_dpsgd(1.0, 16, 600, 0), "steps"), (lambda: gdp.mu_dpsgd_poisson(1.0, 1.5, 10), "q"),
+    (lambda: gdp.epsilon(1.0, 1.0), "delta"), (lambda: gdp.delta(1.0, -1.0), "eps"),
+])
+def test_bad_input(call, name):
+    with pytest.raises(ValueError, match=rf"^{name}\b"):
+        call()
