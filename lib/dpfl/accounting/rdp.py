@@ -169,7 +169,7 @@ def delta(rdp, orders, eps, conversion: str = "improved") -> float:
         branch2 = (_log_expm1(am1 * rdp) - np.log(orders) - _log_expm1(am1 * eps)
                    if eps > 0 else np.full_like(rdp, np.inf))
         log_delta = np.minimum(branch1, branch2)
-    return float(min(1.0, np.exp(np.min(log_delta))))
+    return float(np.exp(min(0.0, np.min(log_delta))))
 
 
 def moments_accountant_delta(q, sigma, steps, eps, max_order: int = 32) -> float:
