@@ -161,7 +161,7 @@ def utility_bound(T, sigma2, C, d, lam, beta, weights=None):
 def rate_bound(sigma2, C, d):
     """R ≤ ½ log₂(2πe(σ² + C²/d)) bits per symbol (reconstruction of Kim et al. (12): Hadamard's
     inequality, AM–GM and ‖g̃‖ ≤ C)."""
-    checks.positive("sigma2", sigma2)
+    checks.nonnegative("sigma2", sigma2)
     checks.positive("C", C)
     checks.positive("d", d)
     return 0.5 * np.log2(2 * np.pi * np.e * (np.asarray(sigma2, dtype=float) + C ** 2 / d))
