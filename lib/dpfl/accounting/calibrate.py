@@ -18,21 +18,22 @@ __all__ = ["smallest_sigma", "largest_steps", "dpsgd_sigma"]
 
 def smallest_sigma(epsilon_of_sigma: Callable[[float], float], target_eps: float, *,
                    lo: float = 0.05, hi: float = 1.0, rtol: float = 1e-6, max_sigma: float = 1e6) -> float:
-    """Smallest σ with ``epsilon_of_sigma(σ) ≤ target_eps`` (to relative tolerance ``rtol``).
+    """Smallest σ in [lo, max_sigma] with ``epsilon_of_sigma(σ) ≤ target_eps`` (relative
+    tolerance ``rtol``); ``lo`` itself when it already meets the target.
 
     Raises ``ValueError`` when even ``max_sigma`` does not meet the target.
     """
     checks.positive("target_eps", target_eps)
     checks.positive("lo", lo)
     ok = lambda s: epsilon_of_sigma(s) <= target_eps
+    lo_known_bad = False
     while not ok(hi):
-        lo, hi = hi, hi * 2
+        lo, hi, lo_known_bad = hi, hi * 2, True
         if hi > max_sigma:
             raise ValueError(f"target_eps {target_eps} is not reached for any sigma ≤ {max_sigma:g}")
-    while ok(lo) and lo > 1e-6:
-        lo /= 2
-    if ok(lo):
-        return lo
+    if not lo_known_bad:
+        if ok(lo):
+            return lo         # the target is met already at the lower end of the search
     while hi / lo > 1 + rtol:
         mid = math.sqrt(lo * hi)
         lo, hi = (lo, mid) if ok(mid) else (mid, hi)
