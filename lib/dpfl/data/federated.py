@@ -1,0 +1,105 @@
+"""A federated dataset: per-client index arrays over shared tensors, with stacked batches.
+
+A round trains its sampled clients at once, so batches come out stacked along a client axis:
+``batches(clients, batch_size, steps, rng)`` returns x of shape (m, steps, B, C, H, W). The
+default sampler draws, for every client and step, a fixed-size batch of B distinct examples
+uniformly from the client's data (Zheng et al.'s sampler; the accounting event is subsampling
+without replacement with q = B/n_i); ``sampling="poisson"`` includes each example independently
+with probability B/n_i and returns a padding mask. Batch indices are drawn for all clients with
+one vectorised call.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from dpfl import checks
+from dpfl.data.datasets import Dataset
+
+__all__ = ["FederatedDataset"]
+
+
+def _padded(index_lists) -> tuple:
+    sizes = np.array([len(ix) for ix in index_lists])
+    table = np.zeros((len(index_lists), max(int(sizes.max()), 1)), dtype=np.int64)
+    for row, ix in enumerate(index_lists):
+        table[row, :len(ix)] = ix
+    return table, sizes
+
+
+@dataclasses.dataclass
+class FederatedDataset:
+    """Shared train/test tensors (normalised floats) and each client's train and test indices."""
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    clients: list
+    test_clients: list
+    source: str
+
+    def __post_init__(self):
+        if len(self.clients) != len(self.test_clients):
+            raise ValueError("clients and test_clients must list the same number of clients")
+        if any(len(ix) == 0 for ix in self.clients):
+            raise ValueError("every client needs at least one training example")
+        self._train_table, self._train_sizes = _padded(self.clients)
+        self._test_table, self._test_sizes = _padded(self.test_clients)
+
+    @classmethod
+    def from_partition(cls, train: Dataset, test: Dataset, clients: list, test_clients: list):
+        return cls(train.to_float(), train.y, test.to_float(), test.y, list(clients), list(test_clients),
+                   train.source)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.clients)
+
+    @property
+    def client_sizes(self) -> np.ndarray:
+        return self._train_sizes.copy()
+
+    def batches(self, client_ids, batch_size: int, steps: int, rng: np.random.Generator,
+                sampling: str = "fixed"):
+        """Stacked batches for ``steps`` local steps of each client in ``client_ids``.
+
+        Returns ``(x, y, mask)`` with x of shape (m, steps, B, …), y (m, steps, B) and mask
+        (m, steps, B) marking real examples (all True for fixed-size batches).
+        """
+        ids = np.asarray(client_ids, dtype=np.int64)
+        B = checks.positive_int("batch_size", batch_size)
+        steps = checks.positive_int("steps", steps)
+        checks.one_of("sampling", sampling, ("fixed", "poisson"))
+        sizes = self._train_sizes[ids]
+        if (sizes < B).any():
+            raise ValueError(f"batch_size {B} exceeds the data of client(s) {ids[sizes < B][:5].tolist()}")
+        table = self._train_table[ids]
+        n_max = table.shape[1]
+        valid = np.arange(n_max)[None, None, :] < sizes[:, None, None]
+        keys = np.where(valid, rng.random((ids.size, steps, n_max)), np.inf)
+        if sampling == "fixed":
+            pos = np.argpartition(keys, B - 1, axis=-1)[..., :B]            # B smallest keys: uniform
+            mask = np.ones(pos.shape, dtype=bool)
+        else:
+            take = keys < (B / sizes)[:, None, None]
+            width = max(int(take.sum(axis=-1).max()), 1)
+            pos = np.argsort(~take, axis=-1, kind="stable")[..., :width]
+            mask = np.take_along_axis(take, pos, axis=-1)
+        index = np.take_along_axis(np.broadcast_to(table[:, None, :], (ids.size, steps, n_max)), pos, axis=-1)
+        flat = torch.from_numpy(index.reshape(-1))
+        x = self.train_x[flat].reshape(*index.shape, *self.train_x.shape[1:])
+        y = self.train_y[flat].reshape(index.shape)
+        return x, y, torch.from_numpy(mask)
+
+    def test_batch(self, client_ids):
+        """Every test example of each client, padded: (x (m, n_max, …), y (m, n_max), mask)."""
+        ids = np.asarray(client_ids, dtype=np.int64)
+        sizes = self._test_sizes[ids]
+        table = self._test_table[ids][:, :max(int(sizes.max()), 1)]
+        mask = np.arange(table.shape[1])[None, :] < sizes[:, None]
+        flat = torch.from_numpy(table.reshape(-1))
+        x = self.test_x[flat].reshape(*table.shape, *self.test_x.shape[1:])
+        return x, self.test_y[flat].reshape(table.shape), torch.from_numpy(mask)

@@ -1,0 +1,260 @@
+"""dpfl.data: offline loading with checksums, miniature official formats, partitions, batches."""
+import gzip
+import io
+import pickle
+import tarfile
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from dpfl.data import FederatedDataset, load_dataset, partition
+from dpfl.data.datasets import DatasetMissing, cache_dir
+
+
+# -- real files ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, counts", [("mnist", (5923, 6742)), ("fashion_mnist", (6000, 6000))])
+def test_mnist_family_loads_with_checksums(data_root, name, counts):
+    train, test = load_dataset(name, "train", data_root), load_dataset(name, "test", data_root)
+    assert tuple(train.x.shape) == (60000, 28, 28) and tuple(test.x.shape) == (10000, 28, 28)
+    assert train.x.dtype == torch.uint8 and train.y.dtype == torch.int64
+    assert tuple(train.y.bincount()[:2].tolist()) == counts and train.source == "official"
+    if name == "mnist":
+        assert train.y[:5].tolist() == [5, 0, 4, 1, 9] and test.y[:5].tolist() == [7, 2, 1, 0, 4]
+    again = load_dataset(name, "train", data_root)                       # from the decoded cache
+    assert torch.equal(again.x, train.x)
+    assert list(cache_dir().glob(f"{name}-train-*.npz"))
+    x = train.to_float()
+    assert tuple(x.shape) == (60000, 1, 28, 28) and abs(float(x.mean())) < 0.05
+
+
+def test_cifar_jpeg_copy_is_labelled_and_warned(data_root):
+    if (data_root / "cifar-10-batches-py").exists():
+        pytest.skip("official CIFAR-10 present")
+    with pytest.warns(UserWarning, match="JPEG copy"):
+        test = load_dataset("cifar10", "test", data_root)
+    assert test.source == "CIFAR-10 (JPEG copy)"
+    assert tuple(test.x.shape) == (10000, 32, 32, 3) and test.y.bincount().tolist() == [1000] * 10
+    mean = test.x.float().mean(dim=(0, 1, 2)) / 255
+    assert torch.allclose(mean, torch.tensor([0.4914, 0.4822, 0.4465]), atol=0.01)
+
+
+def test_femnist_leaf_subset(data_root):
+    train = load_dataset("femnist", "train", data_root)
+    test = load_dataset("femnist", "test", data_root)
+    assert train.source == "LEAF subset, 105 writers" and len(train) == 14708 and len(test) == 1685
+    assert train.num_classes == 62 and int(train.y.max()) == 61
+    clients = partition.by_writer(train.writer.numpy())
+    assert len(clients) == 105 and sum(len(c) for c in clients) == 14708
+
+
+# -- miniature files in the official formats, through the same code paths ------------------------
+
+def _idx_gz(path, array):
+    header = bytes([0, 0, 8, array.ndim]) + b"".join(int(s).to_bytes(4, "big") for s in array.shape)
+    with gzip.open(path, "wb") as fh:
+        fh.write(header + array.astype(np.uint8).tobytes())
+
+
+def test_miniature_idx_files_and_checksum_failure(tmp_path):
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    x = np.arange(3 * 28 * 28, dtype=np.uint8).reshape(3, 28, 28)
+    _idx_gz(raw / "t10k-images-idx3-ubyte.gz", x)
+    _idx_gz(raw / "t10k-labels-idx1-ubyte.gz", np.array([7, 2, 1]))
+    with pytest.raises(ValueError, match="checksum mismatch .*t10k-images"):
+        load_dataset("mnist", "test", tmp_path)
+    d = load_dataset("mnist", "test", tmp_path, verify=False)
+    assert torch.equal(d.x, torch.from_numpy(x)) and d.y.tolist() == [7, 2, 1]
+
+
+def test_miniature_cifar_pickle_batches(tmp_path):
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for b in ["data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch"]:
+        data = rng.integers(0, 256, (4, 3072), dtype=np.uint8)
+        with open(folder / b, "wb") as fh:
+            pickle.dump({"data": data, "labels": [0, 1, 2, 3]}, fh)
+    with pytest.raises(ValueError, match="checksum mismatch"):
+        load_dataset("cifar10", "test", tmp_path)
+    d = load_dataset("cifar10", "train", tmp_path, verify=False)
+    assert tuple(d.x.shape) == (20, 32, 32, 3) and d.source == "official"
+    with open(folder / "data_batch_1", "rb") as fh:
+        first = pickle.load(fh)["data"][0]
+    assert torch.equal(d.x[0].permute(2, 0, 1).reshape(-1), torch.from_numpy(first))   # CHW → HWC
+
+
+def test_miniature_cifar_jpeg_archive(tmp_path):
+    from PIL import Image
+
+    archive = tmp_path / "cifar10_jpeg" / "cifar10-images-jpeg.tar.gz"
+    archive.parent.mkdir()
+    with tarfile.open(archive, "w:gz") as tar:
+        for cls in ("cat", "airplane"):
+            for n in (1, 0):
+                buf = io.BytesIO()
+                Image.fromarray(np.full((32, 32, 3), 40 if cls == "cat" else 200, np.uint8)).save(buf, "JPEG")
+                info = tarfile.TarInfo(f"cifar10-images-jpeg/test/{cls}/{n:04d}.jpg")
+                info.size = len(buf.getvalue())
+                tar.addfile(info, io.BytesIO(buf.getvalue()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d = load_dataset("cifar10", "test", tmp_path, verify=False)
+    assert d.y.tolist() == [0, 0, 3, 3] and d.source == "CIFAR-10 (JPEG copy)"   # class order, then file order
+    assert abs(int(d.x[0].float().mean()) - 200) <= 3 and abs(int(d.x[-1].float().mean()) - 40) <= 3
+
+
+def test_miniature_tff_h5(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    (tmp_path / "femnist").mkdir()
+    for split, n in (("train", 3), ("test", 1)):
+        with h5py.File(tmp_path / "femnist" / f"fed_emnist_{split}.h5", "w") as f:
+            for client, label in (("f0001_00", 5), ("f0002_01", 40)):
+                g = f.create_group(f"examples/{client}")
+                g["pixels"] = np.ones((n, 28, 28), np.float32)      # 1.0 = background
+                g["label"] = np.full(n, label, np.int32)
+    d = load_dataset("femnist", "train", tmp_path)
+    assert d.source == "TFF federated EMNIST, 2 writers" and len(d) == 6
+    assert int(d.x.max()) == 0 and d.y.tolist() == [5, 5, 5, 40, 40, 40] and d.writer.tolist() == [0, 0, 0, 1, 1, 1]
+
+
+def test_missing_files_explain_where_and_how(tmp_path, monkeypatch):
+    with pytest.raises(DatasetMissing, match=r"femnist: neither .* Looked in"):
+        load_dataset("femnist", "train", tmp_path)
+    monkeypatch.setattr("dpfl.data.datasets._download_torchvision", _offline_download)
+    with pytest.raises(DatasetMissing, match=r"missing .*train-images.* Looked in"):
+        load_dataset("mnist", "train", tmp_path)
+
+
+def _offline_download(name, missing, root):
+    raise DatasetMissing(f"{name}: missing {', '.join(map(str, missing))}. Looked in {root}.")
+
+
+def test_bad_names():
+    with pytest.raises(ValueError, match="^name"):
+        load_dataset("imagenet")
+    with pytest.raises(ValueError, match="^split"):
+        load_dataset("mnist", "valid")
+
+
+# -- partitions ----------------------------------------------------------------------------------
+
+def test_zheng_label_shards(data_root):
+    labels = load_dataset("mnist", "train", data_root).y.numpy()
+    test_labels = load_dataset("mnist", "test", data_root).y.numpy()
+    rng = np.random.default_rng(0)
+    clients = partition.label_shards(labels, 100, 4, 150, rng)
+    assert len(clients) == 100 and all(len(c) == 600 for c in clients)
+    assert len(np.unique(np.concatenate(clients))) == 60000                     # disjoint, complete
+    # A shard of the label-sorted data may straddle two labels, so 4 shards hold ≤ 8 labels; most
+    # clients hold 3–4 (measured: see the Zheng notebook).
+    n_labels = np.array([len(np.unique(labels[c])) for c in clients])
+    assert n_labels.max() <= 8 and np.mean((n_labels >= 3) & (n_labels <= 4)) >= 0.6
+    sorted_pos = np.empty(60000, dtype=np.int64)
+    sorted_pos[np.lexsort((np.arange(60000), labels))] = np.arange(60000)
+    for c in clients[:10]:                                                       # exactly 4 whole shards
+        assert len(np.unique(sorted_pos[c] // 150)) == 4
+    tests = partition.test_sets_like(labels, test_labels, clients, 200, rng)
+    assert all(len(t) == 200 and set(test_labels[t]) <= set(labels[c]) for c, t in zip(clients, tests))
+
+
+def test_geyer_shards(data_root):
+    labels = load_dataset("mnist", "train", data_root).y.numpy()
+    rng = np.random.default_rng(1)
+    clients = partition.geyer_shards(labels, 1000, rng)
+    assert len(clients) == 1000 and all(len(c) == 500 for c in clients)
+    # 2 shards of 250: ≤ 2 digits unless a shard straddles a label boundary (≤ 4 then)
+    n_labels = np.array([len(np.unique(labels[c])) for c in clients[:100]])
+    assert n_labels.max() <= 4 and np.mean(n_labels <= 2) >= 0.8
+    assert np.concatenate(clients).max() < 50_000                                # validation held out
+    assert np.array_equal(clients[0], clients[100])                              # replicated for K > 100
+
+
+def test_dirichlet_spread_matches_the_dirichlet():
+    labels = np.repeat(np.arange(10), 5000)
+    rng = np.random.default_rng(2)
+    clients = partition.dirichlet(labels, 200, 0.5, 500, rng)
+    props = partition.label_proportions(labels, clients, 10)
+    ref = np.random.default_rng(3).dirichlet(np.full(10, 0.5), size=20000).max(axis=1).mean()
+    assert props.max(axis=1).mean() == pytest.approx(ref, abs=0.03)             # mean max-proportion
+    assert all(len(c) == 500 for c in clients)
+    overlap = len(np.concatenate(clients)) - len(np.unique(np.concatenate(clients)))
+    assert overlap > 0                                                           # Zheng's overlapping clients
+    disjoint = partition.dirichlet(labels, 50, 0.5, 500, rng, disjoint=True)
+    assert len(np.unique(np.concatenate(disjoint))) == sum(len(c) for c in disjoint)
+
+
+def test_one_label_skewed_and_by_writer():
+    labels = np.repeat(np.arange(10), 100)
+    rng = np.random.default_rng(4)
+    clients = partition.one_label(labels, 20, 40, rng)
+    assert all(len(np.unique(labels[c])) == 1 for c in clients)
+    sk = partition.skewed(labels, 20, 40, chosen_clients=[0, 1], chosen_label=7, rng=rng)
+    assert labels[sk[0]][0] == labels[sk[1]][0] == 7
+    assert all(labels[c][0] != 7 for c in sk[2:])
+    writers = np.array([2, 0, 2, 1, 0])
+    assert [c.tolist() for c in partition.by_writer(writers)] == [[1, 4], [3], [0, 2]]
+    assert [c.tolist() for c in partition.by_writer(writers, subset=[2])] == [[0, 2]]
+
+
+def test_partitions_are_deterministic_per_seed():
+    labels = np.repeat(np.arange(10), 600)
+    a = partition.label_shards(labels, 10, 4, 150, np.random.default_rng(5))
+    b = partition.label_shards(labels, 10, 4, 150, np.random.default_rng(5))
+    c = partition.label_shards(labels, 10, 4, 150, np.random.default_rng(6))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert not all(np.array_equal(x, y) for x, y in zip(a, c))
+    d1 = partition.dirichlet(labels, 5, 0.5, 100, np.random.default_rng(5))
+    d2 = partition.dirichlet(labels, 5, 0.5, 100, np.random.default_rng(5))
+    assert all(np.array_equal(x, y) for x, y in zip(d1, d2))
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda l: partition.label_shards(l, 100, 4, 151, np.random.default_rng(0)), "exceeds"),
+    (lambda l: partition.label_shards(l, 10, 4, 7, np.random.default_rng(0)), "does not divide"),
+    (lambda l: partition.dirichlet(l, 10, 0.0, 50, np.random.default_rng(0)), "^beta"),
+    (lambda l: partition.dirichlet(l, 10, 0.01, 700, np.random.default_rng(0)), "only 600 exist"),
+    (lambda l: partition.one_label(l, 30, 300, np.random.default_rng(0)), "exceeds"),
+    (lambda l: partition.geyer_shards(l, 150, np.random.default_rng(0), train_size=6000), "multiple"),
+])
+def test_partition_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call(np.repeat(np.arange(10), 600))
+
+
+# -- stacked batches ------------------------------------------------------------------------------
+
+def _toy_federated(sizes=(5, 8, 3)):
+    n = sum(sizes)
+    x = torch.arange(n, dtype=torch.float32).view(n, 1, 1, 1)
+    bounds = np.cumsum((0,) + sizes)
+    clients = [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+    return FederatedDataset(x, torch.arange(n), x, torch.arange(n), clients, clients, "toy")
+
+
+def test_fixed_size_batches_are_distinct_members_and_uniform():
+    fd = _toy_federated()
+    rng = np.random.default_rng(0)
+    x, y, mask = fd.batches([0, 1, 2], batch_size=3, steps=4000, rng=rng)
+    assert tuple(x.shape) == (3, 4000, 3, 1, 1, 1) and mask.all()
+    for c, idx in enumerate(fd.clients):
+        ys = y[c].numpy()
+        assert np.isin(ys, idx).all()
+        assert all(len(set(row)) == 3 for row in ys[:200])                      # without replacement
+        freq = np.bincount(ys.ravel() - idx[0], minlength=len(idx)) / ys.size
+        np.testing.assert_allclose(freq, 1 / len(idx), atol=0.02)               # uniform
+    assert torch.equal(x[..., 0, 0, 0], y.float())
+
+
+def test_poisson_batches_and_test_batch():
+    fd = _toy_federated()
+    x, y, mask = fd.batches([1], batch_size=2, steps=3000, rng=np.random.default_rng(1), sampling="poisson")
+    assert abs(float(mask.sum(dim=-1).float().mean()) - 2.0) < 0.1             # E|batch| = B
+    assert np.isin(y[mask].numpy(), fd.clients[1]).all()
+    tx, ty, tmask = fd.test_batch([0, 2])
+    assert tuple(tx.shape[:2]) == (2, 5) and tmask.sum(dim=1).tolist() == [5, 3]
+    with pytest.raises(ValueError, match="batch_size 4 exceeds"):
+        fd.batches([2], batch_size=4, steps=1, rng=np.random.default_rng(0))
