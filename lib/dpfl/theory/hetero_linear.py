@@ -224,6 +224,15 @@ def simulate_round(pop: Population, reps: int, rng: np.random.Generator, *, d: i
     return server, personal
 
 
+def _chunked(pop: Population, reps: int, rng: np.random.Generator, *, budget: int = 2_000_000, **kwargs):
+    """``simulate_round`` in chunks of repetitions so that memory stays bounded (~budget floats
+    per array), concatenated."""
+    per_rep = pop.n * kwargs.get("n", 1) * kwargs.get("d", 1)
+    size = max(1, budget // per_rep)
+    parts = [simulate_round(pop, min(size, reps - start), rng, **kwargs) for start in range(0, reps, size)]
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
 @dataclasses.dataclass(frozen=True)
 class MonteCarloCheck:
     """Closed forms next to Monte Carlo estimates (mean ± 3 s.e.) for one population."""
@@ -243,9 +252,10 @@ class MonteCarloCheck:
         groups = [g for g, c in enumerate(self.counts) if c > 0]
         lam_star = [optimal_lambda(pop, g) for g in groups]
         finite = [lam for lam in lam_star if np.isfinite(lam)]
-        server, personal = simulate_round(pop, self.reps, rng, d=self.d, n=self.n, lams=finite)
-        uniform, _ = simulate_round(pop, self.reps, rng, d=self.d, n=self.n, r=np.ones(len(self.counts)))
-        dp, _ = simulate_round(pop, self.reps, rng, d=self.d, n=self.n, dp_fedavg=True)
+        run = lambda **kw: _chunked(pop, self.reps, rng, d=self.d, n=self.n, **kw)
+        server, personal = run(lams=finite)
+        uniform, _ = run(r=np.ones(len(self.counts)))
+        dp, _ = run(dp_fedavg=True)
         rows = [("server MSE, FedHDP (r*)", optimal_server_mse(pop), server),
                 ("server MSE, HDP-FedAvg (r=1)", hdp_fedavg_mse(pop), uniform),
                 ("server MSE, DP-FedAvg", dp_fedavg_mse(pop), dp)]
