@@ -1,0 +1,1 @@
+"""The federated engine: local training of all sampled clients at once, aggregation, sampling."""

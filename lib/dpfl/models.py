@@ -1,0 +1,149 @@
+"""The papers' networks as pure functions of (parameters, inputs, dropout masks).
+
+Written functionally so that ``torch.func`` can vmap them over clients and over samples, and so
+that dropout randomness is an explicit input drawn from each client's own generator (results then
+do not depend on how clients are batched). Each model is a :class:`Model`: ``init(generator)``
+returns a parameter dict initialised as PyTorch's default layers are, ``forward(params, x, masks)``
+returns log-probabilities, and ``masks(batch, generator)`` draws the dropout masks of one batch
+(``None`` for models without dropout; pass ``None`` or ``{}`` to ``forward`` to evaluate).
+
+* :data:`MNIST_CNN` — Zheng et al.'s MnistCNN (details.md §1.4): conv 32 → conv 64 → max-pool →
+  Dropout2d(0.25) → FC 128 → dropout(0.5) → FC 10. The authors apply ``Dropout2d`` to the 2-D FC
+  activations, which PyTorch treats as element-wise dropout; we use element-wise dropout there.
+* :data:`CIFAR_CNN` / :func:`cifar_cnn` — the TF-tutorial CNN of Zheng et al.'s CIFAR-10 runs;
+  the authors' code omits the third ReLU (``relu3=False``, the faithful default).
+* :data:`GEYER_MLP` — Geyer et al.'s FC 784-600-100-10 without biases.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["Model", "MNIST_CNN", "CIFAR_CNN", "GEYER_MLP", "cifar_cnn", "get_model", "num_params"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    name: str
+    input_shape: tuple
+    init: Callable            # generator → {name: tensor}
+    forward: Callable         # (params, x, masks) → log-probabilities
+    masks: Callable           # (batch, generator) → {name: tensor} or None
+
+
+def _uniform(shape, bound, g):
+    return (torch.rand(shape, generator=g) * 2 - 1) * bound
+
+
+def _conv(g, out_c, in_c, k):
+    """PyTorch's default Conv2d init: kaiming_uniform(a=√5) ⇒ U(±1/√fan_in) for weight and bias."""
+    bound = 1 / math.sqrt(in_c * k * k)
+    return _uniform((out_c, in_c, k, k), bound, g), _uniform((out_c,), bound, g)
+
+
+def _linear(g, out_f, in_f, bias=True):
+    bound = 1 / math.sqrt(in_f)
+    return _uniform((out_f, in_f), bound, g), (_uniform((out_f,), bound, g) if bias else None)
+
+
+def _dropout_mask(shape, p, g):
+    return torch.bernoulli(torch.full(shape, 1 - p), generator=g) / (1 - p)
+
+
+# -- MnistCNN -------------------------------------------------------------------------------------
+
+def _mnist_init(g):
+    p = {}
+    p["conv1.weight"], p["conv1.bias"] = _conv(g, 32, 1, 3)
+    p["conv2.weight"], p["conv2.bias"] = _conv(g, 64, 32, 3)
+    p["fc1.weight"], p["fc1.bias"] = _linear(g, 128, 9216)
+    p["fc2.weight"], p["fc2.bias"] = _linear(g, 10, 128)
+    return p
+
+
+def _mnist_forward(p, x, masks=None):
+    h = F.relu(F.conv2d(x, p["conv1.weight"], p["conv1.bias"]))
+    h = F.relu(F.conv2d(h, p["conv2.weight"], p["conv2.bias"]))
+    h = F.max_pool2d(h, 2)
+    if masks:
+        h = h * masks["drop1"][..., None, None]              # Dropout2d(0.25): whole channels
+    h = F.relu(F.linear(h.flatten(-3), p["fc1.weight"], p["fc1.bias"]))
+    if masks:
+        h = h * masks["drop2"]                               # dropout(0.5)
+    return F.log_softmax(F.linear(h, p["fc2.weight"], p["fc2.bias"]), dim=-1)
+
+
+def _mnist_masks(batch, g):
+    return {"drop1": _dropout_mask((batch, 64), 0.25, g), "drop2": _dropout_mask((batch, 128), 0.5, g)}
+
+
+MNIST_CNN = Model("mnist_cnn", (1, 28, 28), _mnist_init, _mnist_forward, _mnist_masks)
+
+
+# -- CifarCNN -------------------------------------------------------------------------------------
+
+def _cifar_init(g):
+    p = {}
+    p["conv1.weight"], p["conv1.bias"] = _conv(g, 32, 3, 3)
+    p["conv2.weight"], p["conv2.bias"] = _conv(g, 64, 32, 3)
+    p["conv3.weight"], p["conv3.bias"] = _conv(g, 64, 64, 3)
+    p["fc1.weight"], p["fc1.bias"] = _linear(g, 64, 1024)
+    p["fc2.weight"], p["fc2.bias"] = _linear(g, 10, 64)
+    return p
+
+
+def cifar_cnn(relu3: bool = False) -> Model:
+    """The TF-tutorial CNN; ``relu3=False`` reproduces the authors' code (no third ReLU)."""
+
+    def forward(p, x, masks=None):
+        h = F.max_pool2d(F.relu(F.conv2d(x, p["conv1.weight"], p["conv1.bias"])), 2)
+        h = F.max_pool2d(F.relu(F.conv2d(h, p["conv2.weight"], p["conv2.bias"])), 2)
+        h = F.conv2d(h, p["conv3.weight"], p["conv3.bias"])
+        if relu3:
+            h = F.relu(h)
+        h = F.relu(F.linear(h.flatten(-3), p["fc1.weight"], p["fc1.bias"]))
+        return F.log_softmax(F.linear(h, p["fc2.weight"], p["fc2.bias"]), dim=-1)
+
+    return Model("cifar_cnn" + ("_relu3" if relu3 else ""), (3, 32, 32), _cifar_init, forward,
+                 lambda batch, g: None)
+
+
+CIFAR_CNN = cifar_cnn()
+
+
+# -- Geyer's MLP ----------------------------------------------------------------------------------
+
+def _geyer_init(g):
+    """Truncated normal in [−2, 2] scaled by 1/√fan_in, no biases (details.md §5.1)."""
+    p = {}
+    for name, (out_f, in_f) in {"fc1.weight": (600, 784), "fc2.weight": (100, 600), "fc3.weight": (10, 100)}.items():
+        w = torch.empty(out_f, in_f)
+        torch.nn.init.trunc_normal_(w, a=-2.0, b=2.0, generator=g)
+        p[name] = w / math.sqrt(in_f)
+    return p
+
+
+def _geyer_forward(p, x, masks=None):
+    h = F.relu(F.linear(x.flatten(-3), p["fc1.weight"]))
+    h = F.relu(F.linear(h, p["fc2.weight"]))
+    return F.log_softmax(F.linear(h, p["fc3.weight"]), dim=-1)
+
+
+GEYER_MLP = Model("geyer_mlp", (1, 28, 28), _geyer_init, _geyer_forward, lambda batch, g: None)
+
+_MODELS = {m.name: m for m in (MNIST_CNN, CIFAR_CNN, cifar_cnn(relu3=True), GEYER_MLP)}
+
+
+def get_model(name: str) -> Model:
+    """A model by name: mnist_cnn, cifar_cnn, cifar_cnn_relu3, geyer_mlp."""
+    if name not in _MODELS:
+        raise ValueError(f"model must be one of {', '.join(_MODELS)}; got {name!r}")
+    return _MODELS[name]
+
+
+def num_params(params: dict) -> int:
+    return sum(int(v.numel()) for v in params.values())

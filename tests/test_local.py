@@ -1,0 +1,147 @@
+"""dpfl.federated.local: vectorised local training against a per-client, per-sample loop, Opacus,
+and the noise's distribution."""
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train
+from dpfl.models import CIFAR_CNN, GEYER_MLP, MNIST_CNN, get_model
+
+torch.set_num_threads(2)
+
+
+def _stack(params, m):
+    return {k: v.unsqueeze(0).repeat(m, *[1] * v.ndim).clone() for k, v in params.items()}
+
+
+def _reference(model, cfg, params, x, y, generator):
+    """One client, plain PyTorch: per-sample autograd for DP-SGD, torch.optim for the update."""
+    p = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+    opt = (torch.optim.Adam(p.values(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
+           if cfg.optimizer == "adam" else torch.optim.SGD(p.values(), lr=cfg.lr, weight_decay=cfg.weight_decay))
+    steps, batch = y.shape
+    for k in range(steps):
+        masks = model.masks(batch, generator)
+        noise = {n: torch.randn(v.shape, generator=generator) for n, v in params.items()} if cfg.dp else None
+        opt.zero_grad()
+        if cfg.dp:
+            total = {n: torch.zeros_like(v) for n, v in params.items()}
+            for i in range(batch):
+                mi = None if masks is None else {n: v[i:i + 1] for n, v in masks.items()}
+                loss = F.nll_loss(model.forward(p, x[k, i:i + 1], mi), y[k, i:i + 1])
+                g = torch.autograd.grad(loss, list(p.values()))
+                norm = torch.sqrt(sum(t.pow(2).sum() for t in g))
+                factor = min(1.0, cfg.clip / (float(norm) + 1e-6))
+                for n, t in zip(p, g):
+                    total[n] += factor * t
+            for n in p:
+                p[n].grad = (total[n] + cfg.noise_multiplier * cfg.clip * noise[n]) / batch
+        else:
+            F.nll_loss(model.forward(p, x[k], masks), y[k]).backward()
+        opt.step()
+    return {k: v.detach() for k, v in p.items()}
+
+
+@pytest.mark.parametrize("model_name", ["mnist_cnn", "cifar_cnn", "geyer_mlp"])
+@pytest.mark.parametrize("cfg", [
+    LocalConfig(optimizer="sgd", lr=0.05),
+    LocalConfig(optimizer="adam", lr=1e-3, weight_decay=5e-4),
+    LocalConfig(optimizer="adam", lr=1e-3, dp=True, clip=1.0, noise_multiplier=2.0),
+    LocalConfig(optimizer="sgd", lr=0.05, dp=True, clip=0.1, noise_multiplier=1.5),
+], ids=["sgd", "adam-wd", "adam-dpsgd", "sgd-dpsgd-tightclip"])
+def test_vectorised_local_training_equals_the_loop_reference(model_name, cfg):
+    """In float64, so that the comparison tests the algorithm (Adam's normalisation turns float32
+    round-off in near-zero gradients into ~1e-5 differences)."""
+    model = get_model(model_name)
+    m, steps, batch = 3, 2, 4
+    params0 = {k: v.double() for k, v in model.init(torch.Generator().manual_seed(1)).items()}
+    x = torch.randn(m, steps, batch, *model.input_shape, generator=torch.Generator().manual_seed(2)).double()
+    y = torch.randint(0, 10, (m, steps, batch), generator=torch.Generator().manual_seed(3))
+    stacked = _stack(params0, m)
+    ours, _ = local_train(model, cfg, stacked, init_state(stacked, cfg), x, y, client_generators(7, 0, range(m)), chunk=2)
+    for c, gen in enumerate(client_generators(7, 0, range(m))):
+        ref = _reference(model, cfg, params0, x[c], y[c], gen)
+        for name in params0:
+            torch.testing.assert_close(ours[name][c], ref[name], atol=1e-9, rtol=1e-7)
+
+
+def test_chunk_size_does_not_change_results():
+    cfg = LocalConfig(dp=True, noise_multiplier=2.0)
+    m = 4
+    stacked = _stack(MNIST_CNN.init(torch.Generator().manual_seed(0)), m)
+    x = torch.randn(m, 2, 3, 1, 28, 28)
+    y = torch.randint(0, 10, (m, 2, 3))
+    runs = [local_train(MNIST_CNN, cfg, stacked, init_state(stacked, cfg), x, y, client_generators(0, 5, range(m)),
+                        chunk=c)[0] for c in (1, 3, 4)]
+    for other in runs[1:]:
+        for name in stacked:
+            torch.testing.assert_close(other[name], runs[0][name], atol=1e-6, rtol=0)
+
+
+class _TorchMnistCNN(nn.Module):
+    """MnistCNN as an nn.Module (no dropout), to hand to Opacus."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(1, 32, 3), nn.Conv2d(32, 64, 3)
+        self.fc1, self.fc2 = nn.Linear(9216, 128), nn.Linear(128, 10)
+
+    def forward(self, x):
+        h = F.max_pool2d(F.relu(self.conv2(F.relu(self.conv1(x)))), 2)
+        return F.log_softmax(self.fc2(F.relu(self.fc1(h.flatten(1)))), dim=-1)
+
+
+def test_per_sample_clipping_matches_opacus():
+    opacus = pytest.importorskip("opacus")
+    params = MNIST_CNN.init(torch.Generator().manual_seed(4))
+    net = _TorchMnistCNN()
+    net.load_state_dict(params)
+    gsm = opacus.GradSampleModule(net, loss_reduction="sum")
+    x, y = torch.randn(6, 1, 28, 28), torch.randint(0, 10, (6,))
+    F.nll_loss(gsm(x), y, reduction="sum").backward()
+    theirs = {n: p.grad_sample for n, p in net.named_parameters()}
+    # ours: one DP-SGD SGD step with lr 1 and no noise gives −(Σ clipped)/B (dropout off, as in
+    # the Opacus module)
+    cfg = LocalConfig(optimizer="sgd", lr=1.0, dp=True, clip=0.05, noise_multiplier=0.0)
+    no_dropout = dataclasses.replace(MNIST_CNN, masks=lambda batch, g: None)
+    new, _ = local_train(no_dropout, cfg, _stack(params, 1), {}, x[None, None], y[None, None],
+                         client_generators(0, 0, [0]))
+    norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in theirs.values()))
+    factor = (0.05 / (norms + 1e-6)).clamp(max=1.0)
+    for n in params:
+        expected = params[n] - torch.einsum("b,b...->...", factor, theirs[n]) / 6
+        torch.testing.assert_close(new[n][0], expected, atol=1e-6, rtol=1e-5)
+
+
+def test_added_noise_has_the_specified_standard_deviation():
+    """Zero weights give zero gradients, so one SGD step at lr 1 is pure noise: std z·C/B."""
+    cfg = LocalConfig(optimizer="sgd", lr=1.0, dp=True, clip=1.0, noise_multiplier=3.0)
+    params = GEYER_MLP.init(torch.Generator().manual_seed(0))
+    zeroed = {k: torch.zeros_like(v) for k, v in params.items()}        # zero weights ⇒ zero gradients
+    stacked = _stack(zeroed, 2)
+    x, y = torch.zeros(2, 1, 8, 1, 28, 28), torch.zeros(2, 1, 8, dtype=torch.long)
+    new, _ = local_train(GEYER_MLP, cfg, stacked, {}, x, y, client_generators(0, 0, [0, 1]))
+    update = torch.cat([(-new[k]).flatten() for k in new])
+    expected = 3.0 * 1.0 / 8
+    n = update.numel()
+    assert abs(float(update.std()) / expected - 1) < 4 * np.sqrt(1 / (2 * n))   # chi-square s.e.
+    assert abs(float(update.mean())) < 4 * expected / np.sqrt(n)
+
+
+def test_bad_input_before_training():
+    with pytest.raises(ValueError, match="^optimizer"):
+        LocalConfig(optimizer="rmsprop")
+    with pytest.raises(ValueError, match="^noise_multiplier"):
+        LocalConfig(noise_multiplier=-1.0)
+    with pytest.raises(ValueError, match="^clip"):
+        LocalConfig(clip=0.0)
+    with pytest.raises(ValueError, match="^model"):
+        get_model("resnet")
+    stacked = _stack(MNIST_CNN.init(torch.Generator().manual_seed(0)), 1)
+    with pytest.raises(ValueError, match="do not fit mnist_cnn"):
+        local_train(MNIST_CNN, LocalConfig(), stacked, init_state(stacked, LocalConfig()),
+                    torch.zeros(1, 1, 2, 3, 32, 32), torch.zeros(1, 1, 2, dtype=torch.long), client_generators(0, 0, [0]))
