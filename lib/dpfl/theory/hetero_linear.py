@@ -18,6 +18,7 @@ non-private group).
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -236,6 +237,8 @@ def _chunked(pop: Population, reps: int, rng: np.random.Generator, *, budget: in
 @dataclasses.dataclass(frozen=True)
 class MonteCarloCheck:
     """Closed forms next to Monte Carlo estimates (mean, standard error, z-score) for one population."""
+
+    code_version: ClassVar[int] = 2     # 2: reports z-scores
 
     counts: tuple
     sigma2: tuple
