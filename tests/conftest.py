@@ -1,19 +1,13 @@
 """Shared fixtures: the offline data directory and an isolated dataset cache."""
-import os
-from pathlib import Path
-
 import pytest
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from tests_support import shared_root
 
 
 @pytest.fixture
 def data_root():
     """``$DPFL_DATA`` if set, else ``../shared/data``; skips when neither holds the datasets."""
-    root = Path(os.environ.get("DPFL_DATA") or SHARED_DATA)
-    if not (root / "MNIST" / "raw").exists():
-        pytest.skip(f"no datasets under {root} (set DPFL_DATA)")
-    return root
+    return shared_root()
 
 
 @pytest.fixture(autouse=True)
