@@ -125,7 +125,9 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
 
     ``params``/``state``: stacked over clients (m, …); ``x``: (m, K, B, C, H, W); ``y``: (m, K, B);
     ``generators``: one per client (dropout masks and DP noise are drawn from it, step by step);
-    ``lr``: per-client learning rates (m,) (default ``cfg.lr``). Returns the new (params, state).
+    ``lr``: per-client learning rates (m,) (default ``cfg.lr``); ``chunk``: clients per vmapped
+    call — default all on a GPU, one on a CPU, where vmapping convolutions over clients measured
+    slower than sequential calls (``benchmarks/RESULTS.md``). Returns the new (params, state).
     """
     m, steps, batch = y.shape
     if len(generators) != m:
@@ -135,7 +137,9 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
                          f"{tuple(model.input_shape)}")
     dtype = next(iter(params.values())).dtype
     lr = torch.full((m,), cfg.lr, dtype=dtype) if lr is None else torch.as_tensor(lr, dtype=dtype)
-    chunk = m if chunk is None else checks.positive_int("chunk", chunk)
+    if chunk is None:
+        chunk = m if next(iter(params.values())).is_cuda else 1
+    chunk = checks.positive_int("chunk", chunk)
     step_fn = _step(model, cfg)
     shapes = {k: v.shape[1:] for k, v in params.items()}
     for k in range(steps):
