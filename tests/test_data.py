@@ -258,3 +258,22 @@ def test_poisson_batches_and_test_batch():
     assert tuple(tx.shape[:2]) == (2, 5) and tmask.sum(dim=1).tolist() == [5, 3]
     with pytest.raises(ValueError, match="batch_size 4 exceeds"):
         fd.batches([2], batch_size=4, steps=1, rng=np.random.default_rng(0))
+
+
+def test_label_proportion_figure_helper():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dpfl.data import plot_label_proportions
+
+    labels = np.repeat(np.arange(3), 10)
+    props = partition.label_proportions(labels, [np.arange(10), np.arange(5, 25), np.arange(30)], 3)
+    np.testing.assert_allclose(props, [[1, 0, 0], [0.25, 0.5, 0.25], [1 / 3, 1 / 3, 1 / 3]])
+    fig, ax = plt.subplots()
+    plot_label_proportions(ax, props, ["a", "b", "c"], title="Fig. E.3a")
+    heights = np.array([p.get_height() for p in ax.patches]).reshape(3, 3)     # classes × clients
+    np.testing.assert_allclose(heights.T, props)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b", "c"]
+    plt.close(fig)

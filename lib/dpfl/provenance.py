@@ -14,15 +14,15 @@ import dpfl
 
 @functools.lru_cache(maxsize=1)
 def git_commit() -> str:
-    """The commit of the checkout this package runs from, with ``+dirty`` if it has local changes.
-
-    ``"unknown"`` when the package does not run from a git checkout.
+    """The commit of the checkout this package runs from, with ``+dirty`` if it has local changes
+    outside ``figures/`` (regenerated outputs are not code). ``"unknown"`` outside a git checkout.
     """
     root = Path(__file__).resolve().parent
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
                              text=True, check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(top,exclude)figures"], cwd=root,
                                capture_output=True, text=True, check=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
