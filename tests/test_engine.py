@@ -105,3 +105,26 @@ def test_bad_configs_fail_before_training(mnist_shards):
         RoundConfig(**(ok | {"alpha": 1.5}))
     with pytest.raises(ValueError, match="^sampler"):
         RoundConfig(**(ok | {"sampler": 0.5}))
+
+
+def test_client_level_clipping_median_bounds_and_noise():
+    updates = {"a": torch.tensor([[3.0, 4.0], [0.3, 0.4], [6.0, 8.0]]), "b": torch.tensor([[0.0], [1.0], [2.0]])}
+    clipped, norms = server.clip_updates(updates, 1.0)
+    whole = torch.sqrt(torch.tensor([25.0, 1.25, 104.0]))
+    torch.testing.assert_close(norms, whole)
+    flat = torch.cat([clipped["a"], clipped["b"]], dim=1)
+    torch.testing.assert_close(flat.norm(dim=1), torch.minimum(whole, torch.ones(3)))
+    bounds = server.median_bounds(updates)                         # Geyer: per-layer median norm
+    assert bounds == {"a": pytest.approx(5.0), "b": pytest.approx(1.0)}
+    per_layer, layer_norms = server.clip_updates(updates, bounds, per_layer=True)
+    assert per_layer["a"].norm(dim=1).tolist() == pytest.approx([5.0, 0.5, 5.0])
+    assert per_layer["b"][:, 0].tolist() == pytest.approx([0.0, 1.0, 1.0])
+    # noise: std z·S/m per coordinate around the clipped mean
+    big = {"w": torch.zeros(4, 200_000)}
+    g = torch.Generator().manual_seed(0)
+    out = server.gaussian_mean(big, 2.0, 1.5, g)
+    assert float(out["w"].std()) == pytest.approx(1.5 * 2.0 / 4, rel=0.01)
+    noiseless = server.gaussian_mean(clipped, 1.0, 0.0, g)
+    torch.testing.assert_close(noiseless["a"], clipped["a"].mean(0))
+    with pytest.raises(ValueError, match="^bound"):
+        server.clip_updates(updates, 0.0)

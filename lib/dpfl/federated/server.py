@@ -1,11 +1,13 @@
-"""Server aggregation of stacked client models."""
+"""Server aggregation of stacked client models: FedAvg, Zheng et al.'s elastic averaging, and the
+client-level Gaussian mechanism (clip each client's update, average, add noise) with a fixed bound
+or Geyer et al.'s per-layer median bound."""
 from __future__ import annotations
 
 import torch
 
 from dpfl import checks
 
-__all__ = ["fedavg", "elastic"]
+__all__ = ["fedavg", "elastic", "clip_updates", "median_bounds", "gaussian_mean"]
 
 
 def fedavg(local: dict, weights=None) -> dict:
@@ -35,3 +37,43 @@ def elastic(global_: dict, local: dict, selected, alpha: float, eta: float = 1.0
         moved[idx] = (1 - alpha) * v[idx] + alpha * new_global[k]
         new_local[k] = moved
     return new_global, new_local
+
+
+def clip_updates(updates: dict, bound, *, per_layer: bool = False):
+    """Scale each client's update Δ to norm ≤ bound: Δ / max(1, ‖Δ‖/S).
+
+    ``per_layer=False``: one norm over the whole model, ``bound`` a scalar. ``per_layer=True``:
+    each parameter tensor separately, ``bound`` a scalar or a dict of per-layer bounds (Geyer).
+    Returns (clipped updates, norms before clipping: (m,) or {layer: (m,)}).
+    """
+    if per_layer:
+        bounds = bound if isinstance(bound, dict) else {k: bound for k in updates}
+        norms = {k: v.flatten(1).norm(dim=1) for k, v in updates.items()}
+        clipped = {k: v / torch.clamp(norms[k] / bounds[k], min=1.0).view(-1, *[1] * (v.ndim - 1))
+                   for k, v in updates.items()}
+        return clipped, norms
+    checks.positive("bound", bound)
+    norms = torch.sqrt(sum(v.flatten(1).pow(2).sum(1) for v in updates.values()))
+    factor = torch.clamp(norms / bound, min=1.0)
+    return {k: v / factor.view(-1, *[1] * (v.ndim - 1)) for k, v in updates.items()}, norms
+
+
+def median_bounds(updates: dict) -> dict:
+    """Geyer et al.'s per-layer clip bound: the median over clients of ‖Δ_layer‖ (their code's
+    ``WeightsAccountant``). Computed from the clients' updates and *not* privatised — the paper's
+    accounting ignores this data-dependent choice; we say so wherever it is used."""
+    return {k: float(v.flatten(1).norm(dim=1).median()) for k, v in updates.items()}
+
+
+def gaussian_mean(clipped: dict, bound, noise_multiplier: float, generator: torch.Generator, *, per_layer: bool = False):
+    """mean_k(clipped Δ_k) + N(0, (z·S)²)/m — the client-level Gaussian mechanism of Geyer et al. (and
+    of DP-FedAvg, McMahan et al. 2018, with sensitivity S/m of the mean). Per layer, each layer gets
+    noise with its own bound."""
+    checks.nonnegative("noise_multiplier", noise_multiplier)
+    m = next(iter(clipped.values())).shape[0]
+    out = {}
+    for k, v in clipped.items():
+        s = bound[k] if isinstance(bound, dict) else bound
+        noise = torch.randn(v.shape[1:], generator=generator, dtype=v.dtype)
+        out[k] = v.mean(dim=0) + noise_multiplier * s * noise / m
+    return out
