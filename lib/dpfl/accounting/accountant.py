@@ -110,13 +110,16 @@ class Accountant:
             result = part if result.name == "Id" else tradeoff.compose(result, part, h=self.h)
         return result
 
+    @property
+    def _conversion(self) -> str:
+        return "classic" if self.method == "rdp-classic" else "improved"
+
     def epsilon(self, delta: float) -> float:
         checks.in_range("delta", delta, 0, 1, lo_open=True, hi_open=True)
         if not self.events:
             return 0.0
         if self.method.startswith("rdp"):
-            conversion = "classic" if self.method == "rdp-classic" else "improved"
-            return rdp.epsilon(self.rdp_curve(), self.orders, delta, conversion)
+            return rdp.epsilon(self.rdp_curve(), self.orders, delta, self._conversion)
         if self.method == "gdp":
             return float(gdp.epsilon(self.mu(), delta))
         return tradeoff.epsilon(self.tradeoff(), delta)
@@ -126,8 +129,7 @@ class Accountant:
         if not self.events:
             return 0.0
         if self.method.startswith("rdp"):
-            conversion = "classic" if self.method == "rdp-classic" else "improved"
-            return rdp.delta(self.rdp_curve(), self.orders, eps, conversion)
+            return rdp.delta(self.rdp_curve(), self.orders, eps, self._conversion)
         if self.method == "gdp":
             return float(gdp.delta(self.mu(), eps))
         return float(tradeoff.to_epsilon_delta(self.tradeoff(), eps))
