@@ -128,3 +128,67 @@ def test_client_level_clipping_median_bounds_and_noise():
     torch.testing.assert_close(noiseless["a"], clipped["a"].mean(0))
     with pytest.raises(ValueError, match="^bound"):
         server.clip_updates(updates, 0.0)
+
+
+@pytest.mark.parametrize("q, sigmas, accumulations, budget, rounds", [
+    (0.5, (1.75, 1.8), 3, 1e-3, (11, 11)),     # K = 100, m = 50 (details.md §5.2)
+    (0.5, (1.15, 1.2), 1, 1e-3, (10, 12)),
+    (0.22, (2.1, 2.15), 3, 1e-5, (52, 55)),    # K = 1000, m = 220: bracket CR = 54
+])
+def test_geyer_moments_accountant_reproduces_the_inferred_noise_levels(q, sigmas, accumulations, budget, rounds):
+    """details.md §5.2: with Geyer's accountant, these σ make δ (at ε = 8) first exceed δ′ at the
+    paper's number of rounds (11 for K = 100, 54 for K = 1000)."""
+    from dpfl.accounting import rdp
+
+    def first_exceeding(sigma):
+        return next(t for t in range(1, 1000)
+                    if rdp.moments_accountant_delta(q, sigma, t * accumulations, 8.0) > budget)
+
+    assert tuple(first_exceeding(s) for s in sigmas) == rounds
+
+
+def test_client_dp_round_without_noise_is_fedavg(mnist_shards):
+    from dpfl.federated.engine import ClientDPConfig, train_client_dp
+    from dpfl.federated.local import client_generators, init_state, local_train
+
+    cfg = ClientDPConfig(rounds=1, batch_size=8, local_steps=3, sampler=FixedClients(4), noise_multiplier=0.0,
+                         clip=1e9, per_layer=False, local=LocalConfig(optimizer="sgd", lr=0.1), seed=2)
+    metrics = train_client_dp(GEYER_MLP, mnist_shards, cfg, progress=False)
+    # the same round by hand: sample, train from the global model, average
+    from dpfl.federated.engine import _round_rng
+    from dpfl.federated.evaluate import accuracy
+
+    rng = _round_rng(2, 1)
+    selected = cfg.sampler.sample(8, rng, 0)
+    x, y, _ = mnist_shards.batches(selected, 8, 3, rng)
+    g0 = GEYER_MLP.init(torch.Generator().manual_seed(2))
+    start = {k: v.unsqueeze(0).repeat(4, *[1] * v.ndim) for k, v in g0.items()}
+    local, _ = local_train(GEYER_MLP, cfg.local, start, init_state(start, cfg.local), x, y,
+                           client_generators(2, 1, selected))
+    by_hand = server.fedavg(local)
+    xt, yt, mt = mnist_shards.test_batch(np.arange(8))
+    acc = float(accuracy(GEYER_MLP, by_hand, xt, yt, mt, stacked=False).mean())
+    assert metrics["acc_global"].iloc[0] == pytest.approx(acc, abs=1e-6)
+    assert metrics["delta"].iloc[0] == 1.0                               # no noise, no privacy
+
+
+def test_client_dp_learns_accounts_and_stops_at_the_budget():
+    from dpfl.accounting import rdp
+    from dpfl.federated.engine import ClientDPConfig, train_client_dp
+
+    root = shared_root()
+    train_set, test_set = load_dataset("mnist", "train", root), load_dataset("mnist", "test", root)
+    rng = np.random.default_rng(0)
+    clients = partition.geyer_shards(train_set.y.numpy(), 100, rng)
+    fd = FederatedDataset.from_partition(train_set, test_set, clients,
+                                         partition.test_sets_like(train_set.y.numpy(), test_set.y.numpy(), clients, 50, rng))
+    cfg = ClientDPConfig(rounds=5, batch_size=50, local_steps=10, sampler=FixedClients(30), noise_multiplier=1.0,
+                         local=LocalConfig(optimizer="sgd", lr=0.1), delta_budget=1e-3)
+    m = train_client_dp(GEYER_MLP, fd, cfg, progress=False)
+    assert m["acc_global"].iloc[-1] > 0.35                                # chance: 0.1
+    assert m["delta"].tolist() == pytest.approx([rdp.moments_accountant_delta(0.3, 1.0, t, 8.0) for t in range(1, 6)])
+    tight = train_client_dp(GEYER_MLP, fd, ClientDPConfig(**{**cfg.__dict__, "rounds": 50, "delta_budget": 1e-12}),
+                            progress=False)
+    assert tight["delta"].iloc[-1] > 1e-12 and (tight["delta"].iloc[:-1] <= 1e-12).all()
+    with pytest.raises(ValueError, match="non-private"):
+        ClientDPConfig(**{**cfg.__dict__, "local": LocalConfig(dp=True)})
