@@ -142,15 +142,20 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
     chunk = checks.positive_int("chunk", chunk)
     step_fn = _step(model, cfg)
     shapes = {k: v.shape[1:] for k, v in params.items()}
-    for k in range(steps):
-        masks = [model.masks(batch, g) for g in generators]
-        masks = {} if masks[0] is None else {n: torch.stack([mk[n] for mk in masks]) for n in masks[0]}
-        noise = ({n: torch.stack([torch.randn(s, generator=g) for g in generators]) for n, s in shapes.items()}
-                 if cfg.dp else {n: torch.zeros(m) for n in shapes})
-        outs = []
-        for start in range(0, m, chunk):
-            sl = slice(start, start + chunk)
-            outs.append(step_fn(_slice(params, sl), _slice(state, sl), x[sl, k], y[sl, k], _slice(masks, sl),
-                                _slice(noise, sl), lr[sl]))
-        params, state = _cat([o[0] for o in outs]), _cat([o[1] for o in outs])
+    outs = []
+    # Chunks outside, steps inside: a chunk's parameters and optimiser state stay hot in cache for
+    # all K steps, and the client stacks are concatenated once. Each client draws from its own
+    # generator in the same order (masks, then noise, step by step), so chunking never matters.
+    for start in range(0, m, chunk):
+        sl = slice(start, start + chunk)
+        gens = generators[sl]
+        p, st = _slice(params, sl), _slice(state, sl)
+        for k in range(steps):
+            masks = [model.masks(batch, g) for g in gens]
+            masks = {} if masks[0] is None else {n: torch.stack([mk[n] for mk in masks]) for n in masks[0]}
+            noise = ({n: torch.stack([torch.randn(sh, generator=g) for g in gens]) for n, sh in shapes.items()}
+                     if cfg.dp else {n: torch.zeros(len(gens)) for n in shapes})
+            p, st = step_fn(p, st, x[sl, k], y[sl, k], masks, noise, lr[sl])
+        outs.append((p, st))
+    params, state = _cat([o[0] for o in outs]), _cat([o[1] for o in outs])
     return params, state
