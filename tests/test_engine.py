@@ -192,3 +192,22 @@ def test_client_dp_learns_accounts_and_stops_at_the_budget():
     assert tight["delta"].iloc[-1] > 1e-12 and (tight["delta"].iloc[:-1] <= 1e-12).all()
     with pytest.raises(ValueError, match="non-private"):
         ClientDPConfig(**{**cfg.__dict__, "local": LocalConfig(dp=True)})
+
+
+def test_fedhdp_two_step_equals_the_theorys_optimal_weights():
+    """Two-step aggregation with r* = A/B equals the per-client weights of dpfl.theory.hetero_linear."""
+    from dpfl.theory import hetero_linear as hl
+
+    pop = hl.two_groups(N=20, rho=0.25, tau2=0.1, s2=0.5, sigma2_p=0.05)
+    rng = np.random.default_rng(0)
+    updates = torch.as_tensor(rng.standard_normal((20, 3)))
+    group = np.repeat([0, 1], pop.counts)
+    means = [{"w": updates[group == g].mean(0)} for g in (0, 1)]
+    r = hl.optimal_ratio(pop)
+    ours = server.two_step(means, pop.counts, r)["w"]
+    w = torch.as_tensor(hl.optimal_weights(pop)[group])
+    torch.testing.assert_close(ours, (w[:, None] * updates).sum(0))
+    torch.testing.assert_close(server.two_step(means, pop.counts, [1, 1])["w"], updates.mean(0))   # HDP-FedAvg
+    torch.testing.assert_close(server.two_step(means, pop.counts, [1, 0])["w"], means[0]["w"])     # r = 0
+    with pytest.raises(ValueError, match="^ratios"):
+        server.two_step(means, pop.counts, [1, 1.5])

@@ -7,7 +7,7 @@ import torch
 
 from dpfl import checks
 
-__all__ = ["fedavg", "elastic", "clip_updates", "median_bounds", "gaussian_mean"]
+__all__ = ["fedavg", "elastic", "clip_updates", "median_bounds", "gaussian_mean", "two_step"]
 
 
 def fedavg(local: dict, weights=None) -> dict:
@@ -77,3 +77,22 @@ def gaussian_mean(clipped: dict, bound, noise_multiplier: float, generator: torc
         noise = torch.randn(v.shape[1:], generator=generator, dtype=v.dtype)
         out[k] = v.mean(dim=0) + noise_multiplier * s * noise / m
     return out
+
+
+def two_step(group_means: list, counts, ratios) -> dict:
+    """FedHDP's aggregation (Aldaghri et al., Alg. 2): first a (DP) average Δ̄_l within each
+    privacy group, then Δ = Σ_l r_l N_l Δ̄_l / Σ_l r_l N_l, i.e. per-client weights r_l / Σ_j N_j r_j.
+    For (non-private, private) with ratios (1, r): (N_np Δ̄_np + r N_p Δ̄_p)/(N_np + r N_p);
+    r = 1 is HDP-FedAvg, r = 0 ignores the private clients. Groups with no client this round drop out."""
+    counts = [int(c) for c in counts]
+    ratios = [float(r) for r in ratios]
+    if not (len(group_means) == len(counts) == len(ratios)):
+        raise ValueError("group_means, counts and ratios must have one entry per group")
+    for r in ratios:
+        checks.in_range("ratios", r, 0, 1)
+    weights = [r * c for r, c in zip(ratios, counts)]
+    total = sum(weights)
+    if total <= 0:
+        raise ValueError("counts and ratios leave no weight on any group this round")
+    keys = next(g for g, w in zip(group_means, weights) if w > 0).keys()
+    return {k: sum(w * g[k] for g, w in zip(group_means, weights) if w > 0) / total for k in keys}
