@@ -211,3 +211,20 @@ def test_fedhdp_two_step_equals_the_theorys_optimal_weights():
     torch.testing.assert_close(server.two_step(means, pop.counts, [1, 0])["w"], means[0]["w"])     # r = 0
     with pytest.raises(ValueError, match="^ratios"):
         server.two_step(means, pop.counts, [1, 1.5])
+
+
+def test_adaptive_clipping():
+    g = torch.Generator().manual_seed(0)
+    norms = torch.tensor([0.1, 0.2, 0.3, 5.0])                     # 3 of 4 below C = 1
+    new, frac = server.adaptive_clip(norms, 1.0, target_quantile=0.5, lr=0.2, count_noise_std=0.0, generator=g)
+    assert frac == pytest.approx(0.75) and new == pytest.approx(np.exp(-0.2 * 0.25))
+    up, _ = server.adaptive_clip(torch.full((4,), 9.0), 1.0, target_quantile=0.5, lr=0.2, count_noise_std=0.0, generator=g)
+    assert up == pytest.approx(np.exp(0.1))                        # nothing below C: C grows
+    # the noised fraction has std σ_b/m
+    fracs = [server.adaptive_clip(norms, 1.0, count_noise_std=2.0, generator=g)[1] for _ in range(4000)]
+    assert np.std(fracs) == pytest.approx(2.0 / 4, rel=0.05) and np.mean(fracs) == pytest.approx(0.75, abs=0.02)
+    # z_Δ → z as the count noise grows; a too-small count noise is refused
+    assert server.effective_noise_multiplier(1.0, 1e6) == pytest.approx(1.0)
+    assert server.effective_noise_multiplier(1.0, 2.5) == pytest.approx((1 - 0.04) ** -0.5)
+    with pytest.raises(ValueError, match="^count_noise_std must exceed"):
+        server.effective_noise_multiplier(1.0, 0.4)

@@ -7,7 +7,8 @@ import torch
 
 from dpfl import checks
 
-__all__ = ["fedavg", "elastic", "clip_updates", "median_bounds", "gaussian_mean", "two_step"]
+__all__ = ["fedavg", "elastic", "clip_updates", "median_bounds", "gaussian_mean", "two_step",
+           "adaptive_clip", "effective_noise_multiplier"]
 
 
 def fedavg(local: dict, weights=None) -> dict:
@@ -96,3 +97,31 @@ def two_step(group_means: list, counts, ratios) -> dict:
         raise ValueError("counts and ratios leave no weight on any group this round")
     keys = next(g for g, w in zip(group_means, weights) if w > 0).keys()
     return {k: sum(w * g[k] for g, w in zip(group_means, weights) if w > 0) / total for k in keys}
+
+
+def adaptive_clip(norms, clip: float, *, target_quantile: float = 0.5, lr: float = 0.2,
+                  count_noise_std: float, generator: torch.Generator):
+    """One step of adaptive clipping (Andrew, Thakkar, McMahan & Ramaswamy 2021; the DP-FedAvg
+    baseline of FedHDP, details.md §3.2): b̃ = (#{k: ‖Δ_k‖ ≤ C} + N(0, σ_b²))/m, then
+    C ← C·exp(−η_C (b̃ − γ)). Returns (new clip, b̃)."""
+    checks.positive("clip", clip)
+    checks.in_range("target_quantile", target_quantile, 0, 1)
+    checks.positive("lr", lr)
+    checks.nonnegative("count_noise_std", count_noise_std)
+    norms = torch.as_tensor(norms)
+    count = float((norms <= clip).sum()) + count_noise_std * float(torch.randn((), generator=generator))
+    fraction = count / norms.numel()
+    return clip * float(torch.exp(torch.tensor(-lr * (fraction - target_quantile)))), fraction
+
+
+def effective_noise_multiplier(noise_multiplier: float, count_noise_std: float) -> float:
+    """z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2): the update's noise multiplier when the clipped count also
+    consumes privacy, so that (update, count) together have multiplier z (Andrew et al. 2021;
+    details.md §3.2)."""
+    checks.positive("noise_multiplier", noise_multiplier)
+    checks.positive("count_noise_std", count_noise_std)
+    rest = noise_multiplier ** -2 - (2 * count_noise_std) ** -2
+    if rest <= 0:
+        raise ValueError(f"count_noise_std must exceed 1/(2z) = {1 / (2 * noise_multiplier):.4g}: the count would "
+                         "use the whole privacy budget")
+    return rest ** -0.5
