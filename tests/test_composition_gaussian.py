@@ -78,6 +78,8 @@ def test_classic_gaussian_is_valid_and_looser_than_analytic():
             classic = gaussian.classic_sigma(eps, d)
             assert gaussian.analytic_delta(classic, eps) <= d
             assert gaussian.analytic_sigma(eps, d) <= classic
+    # outside the theorem (ε ≥ 1) only on request, with the same formula
+    assert gaussian.classic_sigma(2.0, 1e-5, strict=False) == pytest.approx(math.sqrt(2 * math.log(1.25e5)) / 2)
     # Geyer's quoted bound: σ = √(2 ln(0.8/δ))/ε makes 0.8·exp(−(σε)²/2) = δ
     eps, d = 0.5, 1e-5
     sigma = math.sqrt(2 * math.log(0.8 / d)) / eps
@@ -89,7 +91,7 @@ def test_classic_gaussian_is_valid_and_looser_than_analytic():
     (lambda: composition.basic(-0.1, 0.0, 2), "eps0"), (lambda: composition.basic(0.1, 1.0, 2), "delta0"),
     (lambda: composition.basic(0.1, 0.0, 0), "k"), (lambda: composition.advanced(0.1, 0.0, 2, 0.0), "delta_prime"),
     (lambda: composition.optimal(0.1, 0.0, 2, 1.5), "delta"), (lambda: composition.optimal(0.1, 0.1, 10, 0.5), "delta"),
-    (lambda: gaussian.classic_sigma(1.5, 1e-5), "eps"), (lambda: gaussian.analytic_sigma(1.0, 0.0), "delta"),
+    (lambda: gaussian.classic_sigma(1.5, 1e-5), "eps"), (lambda: gaussian.classic_sigma(0.0, 1e-5, strict=False), "eps"), (lambda: gaussian.analytic_sigma(1.0, 0.0), "delta"),
     (lambda: gaussian.analytic_delta(0.0, 1.0), "sigma"),
 ])
 def test_bad_input(call, name):

@@ -16,9 +16,13 @@ from dpfl.accounting.hockey_stick import theta
 __all__ = ["classic_sigma", "classic_delta_bound", "analytic_delta", "analytic_epsilon", "analytic_sigma"]
 
 
-def classic_sigma(eps, delta, sensitivity=1.0):
-    """σ = Δ √(2 ln(1.25/δ)) / ε, (ε, δ)-DP for ε < 1 (Dwork & Roth 2014, Thm 3.22)."""
-    checks.in_range("eps", eps, 0, 1, lo_open=True, hi_open=True)
+def classic_sigma(eps, delta, sensitivity=1.0, *, strict: bool = True):
+    """σ = Δ √(2 ln(1.25/δ)) / ε, (ε, δ)-DP for ε < 1 (Dwork & Roth 2014, Thm 3.22).
+
+    ``strict=False`` evaluates the formula for any ε > 0 — outside the theorem for ε ≥ 1, which
+    some papers' accountings do (Kim et al.'s AC1/AC2 reconstruction flags those cases).
+    """
+    checks.in_range("eps", eps, 0, 1 if strict else None, lo_open=True, hi_open=True)
     checks.in_range("delta", delta, 0, 1, lo_open=True, hi_open=True)
     checks.positive("sensitivity", sensitivity)
     return np.asarray(sensitivity) * np.sqrt(2.0 * np.log(1.25 / np.asarray(delta))) / np.asarray(eps)

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from dpfl import checks
-from dpfl.accounting import calibrate, composition, rdp, tradeoff
+from dpfl.accounting import calibrate, composition, gaussian, rdp, tradeoff
 
 __all__ = ["METHODS", "PAPER_METHODS", "noise_floor", "noise_cap", "min_noise_variance",
            "utility_bound", "rate_bound", "NoiseCurves"]
@@ -72,37 +72,34 @@ def _rdp_epsilon(sigma_bar, q, delta, T, conversion, rdp_form):
     return rdp.epsilon(T * q ** 2 * orders / ((1 - q) * sigma_bar ** 2), orders, delta, conversion)
 
 
-def _per_round_budget(eps, delta, T, method):
-    """(ε₀, δ₀) per round such that the T-fold composition is (ε, δ) (details §2.3 choices)."""
+def _base_gaussian(eps, q, delta, T, method):
+    """(ε_b, δ_b) of the per-round Gaussian before amplification by sampling: the per-round budget
+    (ε₀, δ₀) of the T-fold composition, inverted through ε₀ = ln(1 + q(e^{ε_b} − 1)), δ₀ = q δ_b."""
     delta0, delta_prime = delta / (2 * T), delta / 2
     if method == "ac1":
         target = lambda e0: composition.advanced(e0, delta0, T, delta_prime)[0]
     else:
         target = lambda e0: composition.kov_bound(e0, delta0, T, delta)[0]
     lo, hi = 0.0, eps
-    for _ in range(200):                  # ε(ε₀) is increasing: bisect
+    for _ in range(100):                  # ε(ε₀) is increasing: bisect to machine precision
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if target(mid) <= eps else (lo, mid)
-    return lo, delta0
+    return math.log1p(math.expm1(lo) / q), delta0 / q
 
 
 def _sigma_bar(method, eps, q, delta, T, rdp_form):
+    """σ̄ = σ/(2C) by calibration, for the RDP methods and the exact f-DP composition."""
     if method in ("proposed", "ma"):
         # Below σ̄ = 1 Lemma 3 does not hold: the search starts at the floor.
         conversion = "improved" if method == "proposed" else "classic"
         return calibrate.smallest_sigma(lambda s: _rdp_epsilon(s, q, delta, T, conversion, rdp_form),
                                         eps, lo=1.0, hi=2.0)
-    if method == "exact":
-        # Losses are rounded up on a grid of width h, which can add up to T·h to ε: keep that
-        # below 5 % of the target (the result is a valid upper bound on the exact noise).
-        h = min(1e-3, max(1e-5, eps / (20 * T)))
-        step = lambda s: tradeoff.subsample(tradeoff.gaussian(1.0 / s), q)
-        return calibrate.smallest_sigma(
-            lambda s: tradeoff.epsilon(tradeoff.compose_n(step(s), T, h=h), delta), eps, lo=0.3, rtol=1e-3)
-    eps0, delta0 = _per_round_budget(eps, delta, T, method)
-    eps_base = math.log1p(math.expm1(eps0) / q)          # invert ε₀ = ln(1 + q(e^{ε_b} − 1))
-    delta_base = delta0 / q
-    return math.sqrt(2 * math.log(1.25 / delta_base)) / eps_base
+    # exact: losses are rounded up on a grid of width h, which can add up to T·h to ε; keep that
+    # below 5 % of the target (the result is a valid upper bound on the exact noise).
+    h = min(1e-3, max(1e-5, eps / (20 * T)))
+    step = lambda s: tradeoff.subsample(tradeoff.gaussian(1.0 / s), q)
+    return calibrate.smallest_sigma(
+        lambda s: tradeoff.epsilon(tradeoff.compose_n(step(s), T, h=h), delta), eps, lo=0.3, rtol=1e-3)
 
 
 def min_noise_variance(method: str, eps: float, q: float, C: float, delta: float, T: int, *,
@@ -121,16 +118,16 @@ def min_noise_variance(method: str, eps: float, q: float, C: float, delta: float
     checks.positive("eps", eps)
     T = _check(q, C, delta, T)
     checks.one_of("rdp_form", rdp_form, ("abadi_lemma3", "exact"))
+    if method in ("ac1", "ac2"):
+        eps_base, delta_base = _base_gaussian(eps, q, delta, T, method)
+        sigma2 = (2 * C * float(gaussian.classic_sigma(eps_base, delta_base, strict=False))) ** 2
+        return sigma2, "ok (base ε_b ≥ 1: outside Dwork–Roth Thm 3.22)" if eps_base >= 1 else "ok"
     try:
         sigma_bar = _sigma_bar(method, eps, q, delta, T, rdp_form)
     except ValueError:
         return math.nan, "infeasible: no finite noise meets the target"
     sigma2 = (2 * C * sigma_bar) ** 2
-    if method in ("ac1", "ac2"):
-        eps0, _ = _per_round_budget(eps, delta, T, method)
-        if math.log1p(math.expm1(eps0) / q) >= 1:
-            return sigma2, "ok (base ε_b ≥ 1: outside Dwork–Roth Thm 3.22)"
-    if method not in ("proposed", "ma"):
+    if method == "exact":
         return sigma2, "ok"
     # Lemma 3's validity region applies to the two RDP-based bounds.
     floor, cap = float(noise_floor(C)), float(noise_cap(q, C))
