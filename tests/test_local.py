@@ -52,7 +52,8 @@ def _reference(model, cfg, params, x, y, generator):
     LocalConfig(optimizer="adam", lr=1e-3, weight_decay=5e-4),
     LocalConfig(optimizer="adam", lr=1e-3, dp=True, clip=1.0, noise_multiplier=2.0),
     LocalConfig(optimizer="sgd", lr=0.05, dp=True, clip=0.1, noise_multiplier=1.5),
-], ids=["sgd", "adam-wd", "adam-dpsgd", "sgd-dpsgd-tightclip"])
+    LocalConfig(optimizer="sgd", lr=0.05, dp=True, clip=0.1, noise_multiplier=1.5, per_sample="full"),
+], ids=["sgd", "adam-wd", "adam-dpsgd", "sgd-dpsgd-tightclip", "sgd-dpsgd-full-per-sample"])
 def test_vectorised_local_training_equals_the_loop_reference(model_name, cfg):
     """In float64, so that the comparison tests the algorithm (Adam's normalisation turns float32
     round-off in near-zero gradients into ~1e-5 differences)."""

@@ -6,6 +6,8 @@ do not depend on how clients are batched). Each model is a :class:`Model`: ``ini
 returns a parameter dict initialised as PyTorch's default layers are, ``forward(params, x, masks)``
 returns log-probabilities, and ``masks(batch, generator)`` draws the dropout masks of one batch
 (``None`` for models without dropout; pass ``None`` or ``{}`` to ``forward`` to evaluate).
+``forward``'s optional ``tap`` (:class:`Tap`) exposes the fully connected layers (``linear``) for
+ghost clipping.
 
 * :data:`MNIST_CNN` — Zheng et al.'s MnistCNN (details.md §1.4): conv 32 → conv 64 → max-pool →
   Dropout2d(0.25) → FC 128 → dropout(0.5) → FC 10. The authors apply ``Dropout2d`` to the 2-D FC
@@ -23,7 +25,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-__all__ = ["Model", "MNIST_CNN", "CIFAR_CNN", "GEYER_MLP", "cifar_cnn", "get_model", "num_params"]
+__all__ = ["Model", "Tap", "MNIST_CNN", "CIFAR_CNN", "GEYER_MLP", "cifar_cnn", "get_model", "num_params"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +35,7 @@ class Model:
     init: Callable            # generator → {name: tensor}
     forward: Callable         # (params, x, masks) → log-probabilities
     masks: Callable           # (batch, generator) → {name: tensor} or None
+    linear: tuple = ()        # names of the fully connected layers (``<name>.weight``/``.bias``)
 
 
 def _uniform(shape, bound, g):
@@ -50,8 +53,28 @@ def _linear(g, out_f, in_f, bias=True):
     return _uniform((out_f, in_f), bound, g), (_uniform((out_f,), bound, g) if bias else None)
 
 
+class Tap:
+    """Taps the fully connected layers for ghost clipping (``dpfl.federated.local``): at layer
+    ``name`` the forward pass records the layer's input in ``inputs[name]`` and adds the zero
+    tensor ``probes[name]`` to its output, so that the gradient with respect to the probe is the
+    gradient with respect to the layer's output."""
+
+    def __init__(self, probes: dict):
+        self.probes = probes
+        self.inputs = {}
+
+
+def _fc(p, name, h, tap: Tap | None = None):
+    """A fully connected layer (bias if the parameters have one), tapped when ``tap`` is given."""
+    out = F.linear(h, p[name + ".weight"], p.get(name + ".bias"))
+    if tap is None:
+        return out
+    tap.inputs[name] = h
+    return out + tap.probes[name]
+
+
 def _dropout_mask(shape, p, g):
-    return torch.bernoulli(torch.full(shape, 1 - p), generator=g) / (1 - p)
+    return torch.bernoulli(torch.full(shape, 1 - p, device=g.device), generator=g) / (1 - p)
 
 
 # -- MnistCNN -------------------------------------------------------------------------------------
@@ -65,23 +88,23 @@ def _mnist_init(g):
     return p
 
 
-def _mnist_forward(p, x, masks=None):
+def _mnist_forward(p, x, masks=None, tap=None):
     h = F.relu(F.conv2d(x, p["conv1.weight"], p["conv1.bias"]))
     h = F.relu(F.conv2d(h, p["conv2.weight"], p["conv2.bias"]))
     h = F.max_pool2d(h, 2)
     if masks:
         h = h * masks["drop1"][..., None, None]              # Dropout2d(0.25): whole channels
-    h = F.relu(F.linear(h.flatten(-3), p["fc1.weight"], p["fc1.bias"]))
+    h = F.relu(_fc(p, "fc1", h.flatten(-3), tap))
     if masks:
         h = h * masks["drop2"]                               # dropout(0.5)
-    return F.log_softmax(F.linear(h, p["fc2.weight"], p["fc2.bias"]), dim=-1)
+    return F.log_softmax(_fc(p, "fc2", h, tap), dim=-1)
 
 
 def _mnist_masks(batch, g):
     return {"drop1": _dropout_mask((batch, 64), 0.25, g), "drop2": _dropout_mask((batch, 128), 0.5, g)}
 
 
-MNIST_CNN = Model("mnist_cnn", (1, 28, 28), _mnist_init, _mnist_forward, _mnist_masks)
+MNIST_CNN = Model("mnist_cnn", (1, 28, 28), _mnist_init, _mnist_forward, _mnist_masks, ("fc1", "fc2"))
 
 
 # -- CifarCNN -------------------------------------------------------------------------------------
@@ -99,17 +122,17 @@ def _cifar_init(g):
 def cifar_cnn(relu3: bool = False) -> Model:
     """The TF-tutorial CNN; ``relu3=False`` reproduces the authors' code (no third ReLU)."""
 
-    def forward(p, x, masks=None):
+    def forward(p, x, masks=None, tap=None):
         h = F.max_pool2d(F.relu(F.conv2d(x, p["conv1.weight"], p["conv1.bias"])), 2)
         h = F.max_pool2d(F.relu(F.conv2d(h, p["conv2.weight"], p["conv2.bias"])), 2)
         h = F.conv2d(h, p["conv3.weight"], p["conv3.bias"])
         if relu3:
             h = F.relu(h)
-        h = F.relu(F.linear(h.flatten(-3), p["fc1.weight"], p["fc1.bias"]))
-        return F.log_softmax(F.linear(h, p["fc2.weight"], p["fc2.bias"]), dim=-1)
+        h = F.relu(_fc(p, "fc1", h.flatten(-3), tap))
+        return F.log_softmax(_fc(p, "fc2", h, tap), dim=-1)
 
     return Model("cifar_cnn" + ("_relu3" if relu3 else ""), (3, 32, 32), _cifar_init, forward,
-                 lambda batch, g: None)
+                 lambda batch, g: None, ("fc1", "fc2"))
 
 
 CIFAR_CNN = cifar_cnn()
@@ -127,13 +150,14 @@ def _geyer_init(g):
     return p
 
 
-def _geyer_forward(p, x, masks=None):
-    h = F.relu(F.linear(x.flatten(-3), p["fc1.weight"]))
-    h = F.relu(F.linear(h, p["fc2.weight"]))
-    return F.log_softmax(F.linear(h, p["fc3.weight"]), dim=-1)
+def _geyer_forward(p, x, masks=None, tap=None):
+    h = F.relu(_fc(p, "fc1", x.flatten(-3), tap))
+    h = F.relu(_fc(p, "fc2", h, tap))
+    return F.log_softmax(_fc(p, "fc3", h, tap), dim=-1)
 
 
-GEYER_MLP = Model("geyer_mlp", (1, 28, 28), _geyer_init, _geyer_forward, lambda batch, g: None)
+GEYER_MLP = Model("geyer_mlp", (1, 28, 28), _geyer_init, _geyer_forward, lambda batch, g: None,
+                  ("fc1", "fc2", "fc3"))
 
 _MODELS = {m.name: m for m in (MNIST_CNN, CIFAR_CNN, cifar_cnn(relu3=True), GEYER_MLP)}
 
