@@ -277,3 +277,44 @@ def test_label_proportion_figure_helper():
     np.testing.assert_allclose(heights.T, props)
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b", "c"]
     plt.close(fig)
+
+
+def test_dirichlet_like_test_sets_follow_each_clients_proportions():
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(10), 1000)
+    train, q = partition.dirichlet(labels, 30, 0.5, 500, rng, return_proportions=True)
+    assert q.shape == (30, 10) and np.allclose(q.sum(1), 1)
+    test = partition.dirichlet_like(labels, q, 200, rng)
+    assert all(len(t) == 200 and len(np.unique(t)) == 200 for t in test)      # no repeats within a client
+    observed = partition.label_proportions(labels, test, 10)
+    # multinomial(200, q): each proportion's s.e. is sqrt(q(1−q)/200) ≤ 0.035
+    assert np.abs(observed - q).max() < 5 * 0.0354
+    # the train split's classes follow the same q
+    assert np.abs(partition.label_proportions(labels, train, 10) - q).max() < 5 * np.sqrt(0.25 / 500)
+    with pytest.raises(ValueError, match="^proportions"):
+        partition.dirichlet_like(labels, q[:, :5], 200, rng)
+
+
+def test_crop_flip_matches_torchvision_per_image():
+    """Same offsets and flips as torchvision's RandomCrop(padding) + RandomHorizontalFlip would apply
+    (reconstructed per image from the generator) and the fill where the crop leaves the image."""
+    import torchvision.transforms.functional as TF
+
+    from dpfl.data.augment import crop_flip
+
+    x = torch.randn(2, 3, 3, 5, 6)
+    fill = torch.tensor([-1.0, -2.0, -3.0])
+    out = crop_flip(x, torch.Generator().manual_seed(5), pad=2, fill=fill)
+    g = torch.Generator().manual_seed(5)
+    n = 6
+    oy, ox = torch.randint(0, 5, (n,), generator=g), torch.randint(0, 5, (n,), generator=g)
+    flip = torch.rand(n, generator=g) < 0.5
+    flat, got = x.reshape(n, 3, 5, 6), out.reshape(n, 3, 5, 6)
+    for i in range(n):
+        padded = torch.stack([TF.pad(flat[i, c:c + 1], [2], fill=float(fill[c]))[0] for c in range(3)])
+        ref = TF.crop(padded, int(oy[i]), int(ox[i]), 5, 6)
+        ref = TF.hflip(ref) if flip[i] else ref
+        torch.testing.assert_close(got[i], ref)
+    assert flip.any() and (~flip).any()
+    flipped_only = crop_flip(x, torch.Generator().manual_seed(5), pad=0)            # pad 0: flips only
+    assert torch.equal(flipped_only.flatten().sort().values, x.flatten().sort().values)

@@ -95,6 +95,49 @@ def test_resume_is_exact_and_chunking_does_not_matter(mnist_shards, tmp_path):
     np.testing.assert_allclose(chunked[cols].to_numpy(dtype=float), full[cols].to_numpy(dtype=float), rtol=0, atol=1e-6)
 
 
+def test_per_client_step_lr_stop_at_target_and_augmentation(mnist_shards, tmp_path):
+    base = dict(batch_size=8, local_steps=3, seed=1, local=LocalConfig(optimizer="adam", lr=1e-3))
+    # StepLR(1, 0.5) per client epoch: with every client in every round, round t runs at lr·0.5^(t−1)
+    m = train(GEYER_MLP, mnist_shards, RoundConfig(rounds=3, sampler=PoissonClients(1.0), lr_step=1, lr_gamma=0.5,
+                                                    **base), progress=False)
+    np.testing.assert_allclose(m["lr_mean"], [1e-3, 5e-4, 2.5e-4])
+    # with p = 0.5 a client's decay counts only the rounds it took part in, so the mean lies above
+    # the all-clients schedule and the first round is undecayed
+    half = train(GEYER_MLP, mnist_shards, RoundConfig(rounds=4, sampler=PoissonClients(0.5), lr_step=1,
+                                                       lr_gamma=0.5, **base), progress=False)
+    assert half["lr_mean"].iloc[0] == pytest.approx(1e-3)
+    assert (half["lr_mean"].to_numpy()[1:] >= 1e-3 * 0.5 ** np.arange(1, 4) - 1e-12).all()
+    # stop_at: the run ends at the first round whose stored accuracy reaches the target, with the
+    # same metrics as the run without the rule
+    full = train(GEYER_MLP, mnist_shards, RoundConfig(rounds=5, sampler=PoissonClients(1.0), **base), progress=False)
+    target = float(full["acc_stored_local"].iloc[2])
+    first = int(np.argmax(full["acc_stored_local"].to_numpy() >= target))
+    stopped = train(GEYER_MLP, mnist_shards, RoundConfig(rounds=5, sampler=PoissonClients(1.0), stop_at=target,
+                                                          **base), progress=False)
+    assert len(stopped) == first + 1
+    assert stopped["acc_stored_local"].equals(full["acc_stored_local"].iloc[:first + 1])
+    # augmentation is part of the seeded randomness: repeatable, and it changes the run
+    aug = [train(GEYER_MLP, mnist_shards, RoundConfig(rounds=1, sampler=PoissonClients(1.0), augment=True, **base),
+                 progress=False) for _ in range(2)]
+    assert aug[0]["acc_global"].equals(aug[1]["acc_global"])
+    assert not np.allclose(aug[0]["acc_local_all"], full["acc_local_all"].iloc[:1])
+    with pytest.raises(ValueError, match="^lr_gamma"):
+        RoundConfig(rounds=1, sampler=PoissonClients(1.0), lr_gamma=0.0, **base)
+    with pytest.raises(ValueError, match="^stop_at"):
+        RoundConfig(rounds=1, sampler=PoissonClients(1.0), stop_at=90, **base)
+
+
+def test_shared_accuracy_equals_the_per_client_evaluation(mnist_shards):
+    from dpfl.federated.evaluate import accuracy, shared_accuracy
+
+    params = GEYER_MLP.init(torch.Generator().manual_seed(0))
+    K = mnist_shards.num_clients
+    x, y, mask = mnist_shards.test_batch(np.arange(K))
+    index, mask2 = mnist_shards.test_index(np.arange(K))
+    torch.testing.assert_close(shared_accuracy(GEYER_MLP, params, mnist_shards.test_x, mnist_shards.test_y, index, mask2),
+                               accuracy(GEYER_MLP, params, x, y, mask, stacked=False))
+
+
 def test_bad_configs_fail_before_training(mnist_shards):
     ok = dict(rounds=1, batch_size=8, local_steps=1, sampler=PoissonClients(1.0), local=LocalConfig())
     with pytest.raises(ValueError, match="batch_size 10000 exceeds"):

@@ -91,11 +91,12 @@ class Dataset:
     def __len__(self) -> int:
         return int(self.y.shape[0])
 
-    def to_float(self) -> torch.Tensor:
-        """Pixels scaled to [0, 1] and normalised per channel, channels first (N×C×H×W)."""
+    def to_float(self, normalisation=None) -> torch.Tensor:
+        """Pixels scaled to [0, 1] and normalised per channel, channels first (N×C×H×W).
+        ``normalisation``: (mean, std) per channel; default :data:`NORMALISATION` of the dataset."""
         x = self.x.float() / 255.0
         x = x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2)
-        mean, std = (torch.tensor(v).view(1, -1, 1, 1) for v in NORMALISATION[self.name])
+        mean, std = (torch.tensor(v).view(1, -1, 1, 1) for v in (normalisation or NORMALISATION[self.name]))
         return (x - mean) / std
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from dpfl import checks
-from dpfl.data.datasets import Dataset
+from dpfl.data.datasets import NORMALISATION, Dataset
 
 __all__ = ["FederatedDataset"]
 
@@ -40,6 +40,7 @@ class FederatedDataset:
     clients: list
     test_clients: list
     source: str
+    black: torch.Tensor | None = None      # a black pixel after normalisation (the padding of random crops)
 
     def __post_init__(self):
         if len(self.clients) != len(self.test_clients):
@@ -50,9 +51,13 @@ class FederatedDataset:
         self._test_table, self._test_sizes = _padded(self.test_clients)
 
     @classmethod
-    def from_partition(cls, train: Dataset, test: Dataset, clients: list, test_clients: list):
-        return cls(train.to_float(), train.y, test.to_float(), test.y, list(clients), list(test_clients),
-                   train.source)
+    def from_partition(cls, train: Dataset, test: Dataset, clients: list, test_clients: list, *,
+                       normalisation=None):
+        """``normalisation``: (mean, std) per channel, default the dataset's (``NORMALISATION``)."""
+        mean, std = normalisation or NORMALISATION[train.name]
+        black = -torch.tensor(mean) / torch.tensor(std)
+        return cls(train.to_float(normalisation), train.y, test.to_float(normalisation), test.y, list(clients),
+                   list(test_clients), train.source, black)
 
     @property
     def num_clients(self) -> int:
@@ -93,6 +98,13 @@ class FederatedDataset:
         x = self.train_x[flat].reshape(*index.shape, *self.train_x.shape[1:])
         y = self.train_y[flat].reshape(index.shape)
         return x, y, torch.from_numpy(mask)
+
+    def test_index(self, client_ids):
+        """Each client's test indices into ``test_x``, padded: (index (m, n_max), mask (m, n_max))."""
+        ids = np.asarray(client_ids, dtype=np.int64)
+        sizes = self._test_sizes[ids]
+        table = self._test_table[ids][:, :max(int(sizes.max()), 1)]
+        return torch.from_numpy(table), torch.from_numpy(np.arange(table.shape[1])[None, :] < sizes[:, None])
 
     def test_batch(self, client_ids):
         """Every test example of each client, padded: (x (m, n_max, …), y (m, n_max), mask)."""

@@ -15,7 +15,7 @@ import numpy as np
 
 from dpfl import checks
 
-__all__ = ["label_shards", "geyer_shards", "test_sets_like", "dirichlet", "one_label", "skewed",
+__all__ = ["label_shards", "geyer_shards", "test_sets_like", "dirichlet", "dirichlet_like", "one_label", "skewed",
            "by_writer", "label_proportions"]
 
 
@@ -75,11 +75,13 @@ def test_sets_like(train_labels, test_labels, clients: list, size: int, rng: np.
 
 
 def dirichlet(labels, num_clients: int, beta: float, samples_per_client: int, rng: np.random.Generator,
-              *, disjoint: bool = False) -> list:
+              *, disjoint: bool = False, return_proportions: bool = False):
     """Per client q ~ Dir(β·1) over classes, class counts ~ Multinomial(n, q), then that many
     images of each class (Hsu, Qi & Brown 2019). By default each client samples independently
     (clients may share images, as Zheng et al.'s CIFAR-10 code does); ``disjoint=True`` draws
-    without replacement from a shared pool and fails when a class runs out."""
+    without replacement from a shared pool and fails when a class runs out. With
+    ``return_proportions`` also returns the clients' q (num_clients × classes), from which
+    :func:`dirichlet_like` draws matching test sets."""
     labels = _labels(labels)
     num_clients = checks.positive_int("num_clients", num_clients)
     checks.positive("beta", beta)
@@ -87,9 +89,11 @@ def dirichlet(labels, num_clients: int, beta: float, samples_per_client: int, rn
     classes = np.unique(labels)
     pools = {c: rng.permutation(np.flatnonzero(labels == c)) for c in classes}
     taken = {c: 0 for c in classes}
-    out = []
+    out, proportions = [], []
     for _ in range(num_clients):
-        counts = rng.multinomial(n, rng.dirichlet(np.full(classes.size, float(beta))))
+        q = rng.dirichlet(np.full(classes.size, float(beta)))
+        proportions.append(q)
+        counts = rng.multinomial(n, q)
         idx = []
         for c, k in zip(classes, counts):
             if k == 0:
@@ -105,6 +109,25 @@ def dirichlet(labels, num_clients: int, beta: float, samples_per_client: int, rn
                     raise ValueError(f"a client needs {k} images of class {c}; only {pools[c].size} exist")
                 idx.append(rng.choice(pools[c], size=k, replace=False))
         out.append(np.sort(np.concatenate(idx)))
+    return (out, np.array(proportions)) if return_proportions else out
+
+
+def dirichlet_like(labels, proportions, samples_per_client: int, rng: np.random.Generator) -> list:
+    """Test sets with the clients' own class proportions: counts ~ Multinomial(n, q_i), then that
+    many images of each class without replacement within the client (Zheng et al.'s CIFAR-10 test
+    split: 200 per client with the client's Dirichlet q)."""
+    labels = _labels(labels)
+    n = checks.positive_int("samples_per_client", samples_per_client)
+    classes = np.unique(labels)
+    proportions = np.asarray(proportions, dtype=float)
+    if proportions.ndim != 2 or proportions.shape[1] != classes.size:
+        raise ValueError(f"proportions must be (clients, {classes.size}); got {proportions.shape}")
+    pools = {c: np.flatnonzero(labels == c) for c in classes}
+    out = []
+    for q in proportions:
+        counts = rng.multinomial(n, q / q.sum())
+        out.append(np.sort(np.concatenate([rng.choice(pools[c], size=k, replace=False)
+                                           for c, k in zip(classes, counts) if k])))
     return out
 
 

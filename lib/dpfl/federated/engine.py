@@ -23,9 +23,10 @@ import torch
 
 from dpfl import checks
 from dpfl.accounting import gdp
+from dpfl.data.augment import crop_flip
 from dpfl.data.federated import FederatedDataset
 from dpfl.federated import server
-from dpfl.federated.evaluate import accuracy
+from dpfl.federated.evaluate import accuracy, shared_accuracy
 from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train
 from dpfl.federated.sampling import FixedClients, PoissonClients
 from dpfl.io import atomic_path
@@ -36,6 +37,14 @@ __all__ = ["RoundConfig", "train", "ClientDPConfig", "train_client_dp"]
 
 @dataclasses.dataclass(frozen=True)
 class RoundConfig:
+    """One PriFedSync run (Zheng et al. Alg. 1 with Alg. 2 clients; details.md §1.4).
+
+    ``lr_step``/``lr_gamma``: StepLR per client epoch — a client's learning rate is
+    lr·γ^⌊e/step⌋ after e local epochs of its own (one epoch = one round it took part in; 0 = constant).
+    ``augment``: random crop (padding 4) + horizontal flip of every training image (CIFAR-10).
+    ``stop_at``: stop after the first round whose stored local accuracy (the paper's metric) reaches it.
+    """
+
     rounds: int
     batch_size: int
     local_steps: int
@@ -47,6 +56,10 @@ class RoundConfig:
     chunk: int | None = None
     eval_every: int = 1
     checkpoint_every: int = 0
+    lr_step: int = 0
+    lr_gamma: float = 1.0
+    augment: bool = False
+    stop_at: float | None = None
 
     def __post_init__(self):
         checks.positive_int("rounds", self.rounds)
@@ -55,6 +68,10 @@ class RoundConfig:
         checks.in_range("alpha", self.alpha, 0, 1)
         checks.in_range("eta", self.eta, 0, 1)
         checks.positive_int("eval_every", self.eval_every)
+        checks.nonnegative("lr_step", self.lr_step)
+        checks.in_range("lr_gamma", self.lr_gamma, 0, 1, lo_open=True)
+        if self.stop_at is not None:
+            checks.in_range("stop_at", self.stop_at, 0, 1)
         if not isinstance(self.sampler, (PoissonClients, FixedClients)):
             raise ValueError("sampler must be PoissonClients or FixedClients")
 
@@ -64,11 +81,12 @@ def _round_rng(seed: int, t: int) -> np.random.Generator:
 
 
 def train(model: Model, fd: FederatedDataset, cfg: RoundConfig, *, checkpoint: Path | None = None,
-          progress: bool = True) -> pd.DataFrame:
-    """Run ``cfg.rounds`` rounds; returns one metrics row per round (a tidy DataFrame).
+          progress: bool = True, device: str = "cpu") -> pd.DataFrame:
+    """Run ``cfg.rounds`` rounds (or until ``cfg.stop_at``); one metrics row per round (a tidy DataFrame).
 
     With ``checkpoint`` set, state is saved there every ``cfg.checkpoint_every`` rounds and a run
-    finding a checkpoint resumes from it.
+    finding a checkpoint resumes from it. ``device``: where models, batches and noise live ("cuda"
+    trains every sampled client in one vmapped call; a CPU run and a GPU run draw different noise).
     """
     K = fd.num_clients
     if tuple(fd.train_x.shape[1:]) != tuple(model.input_shape):
@@ -80,18 +98,23 @@ def train(model: Model, fd: FederatedDataset, cfg: RoundConfig, *, checkpoint: P
     if isinstance(cfg.sampler, FixedClients) and cfg.sampler.m > K:
         raise ValueError(f"m = {cfg.sampler.m} exceeds the number of clients K = {K}")
 
-    init = model.init(torch.Generator().manual_seed(int(cfg.seed)))
+    init = {k: v.to(device) for k, v in model.init(torch.Generator().manual_seed(int(cfg.seed))).items()}
     state = {
         "round": 0,
         "global": init,
         "local": {k: v.unsqueeze(0).repeat(K, *[1] * v.ndim) for k, v in init.items()},
-        "stored_acc": torch.zeros(K),
+        "stored_acc": torch.zeros(K, device=device),
+        "epochs": torch.zeros(K, dtype=torch.long, device=device),
         "metrics": [],
     }
     state["opt"] = init_state(state["local"], cfg.local)
     if checkpoint is not None and Path(checkpoint).exists():
-        state = torch.load(checkpoint, weights_only=False)
-    x_test, y_test, m_test = fd.test_batch(np.arange(K))
+        state = torch.load(checkpoint, weights_only=False, map_location=device)
+        if state["metrics"] and _reached(cfg, state["metrics"][-1]):
+            return pd.DataFrame(state["metrics"])
+    x_test, y_test, m_test = (t.to(device) for t in fd.test_batch(np.arange(K)))
+    pool_x, pool_y = fd.test_x.to(device), fd.test_y.to(device)
+    pool_index, pool_mask = (t.to(device) for t in fd.test_index(np.arange(K)))
     n_min = int(fd.client_sizes.min())
     sigma = cfg.local.noise_multiplier / 2          # Zheng's σ: noise std 2σC on the sum (z = 2σ)
 
@@ -104,12 +127,17 @@ def train(model: Model, fd: FederatedDataset, cfg: RoundConfig, *, checkpoint: P
         selected = (cfg.sampler.sample(K, rng) if isinstance(cfg.sampler, PoissonClients)
                     else cfg.sampler.sample(K, rng, t - 1))
         x, y, _ = fd.batches(selected, cfg.batch_size, cfg.local_steps, rng)
-        idx = torch.as_tensor(selected)
+        if cfg.augment:
+            x = crop_flip(x, torch.Generator().manual_seed(int(rng.integers(2 ** 62))), fill=fd.black)
+        x, y = x.to(device), y.to(device)
+        idx = torch.as_tensor(selected, device=device)
         params = {k: v[idx] for k, v in state["local"].items()}
         opt = {k: ({n: t_[idx] for n, t_ in v.items()} if isinstance(v, dict) else v[idx])
                for k, v in state["opt"].items()}
-        params, opt = local_train(model, cfg.local, params, opt, x, y, client_generators(cfg.seed, t, selected),
-                                  chunk=cfg.chunk)
+        lr = cfg.local.lr * cfg.lr_gamma ** (state["epochs"][idx] // cfg.lr_step).double() if cfg.lr_step else None
+        params, opt = local_train(model, cfg.local, params, opt, x, y,
+                                  client_generators(cfg.seed, t, selected, device=device), lr, chunk=cfg.chunk)
+        state["epochs"][idx] += 1
         for k in state["local"]:
             state["local"][k][idx] = params[k]
         for k, v in opt.items():
@@ -125,9 +153,10 @@ def train(model: Model, fd: FederatedDataset, cfg: RoundConfig, *, checkpoint: P
             "round": t,
             "clients": int(selected.size),
             "acc_stored_local": float(state["stored_acc"].mean()),      # the paper's metric
-            "acc_global": float(accuracy(model, state["global"], x_test, y_test, m_test, stacked=False).mean()),
+            "acc_global": float(shared_accuracy(model, state["global"], pool_x, pool_y, pool_index, pool_mask).mean()),
             "acc_local_all": (float(accuracy(model, state["local"], x_test, y_test, m_test, stacked=True).mean())
                               if t % cfg.eval_every == 0 or t == cfg.rounds else np.nan),
+            "lr_mean": float(lr.mean()) if lr is not None else cfg.local.lr,
             "mu_max": float(gdp.mu_dpsgd(sigma, cfg.batch_size, n_min, cfg.local_steps * t))
             if cfg.local.dp and sigma > 0 else np.inf if cfg.local.dp else 0.0,
             "seconds": time.perf_counter() - start,
@@ -136,11 +165,18 @@ def train(model: Model, fd: FederatedDataset, cfg: RoundConfig, *, checkpoint: P
         state["round"] = t
         bar.update(1)
         bar.set_postfix(acc=f"{row['acc_stored_local']:.3f}")
-        if checkpoint is not None and cfg.checkpoint_every and t % cfg.checkpoint_every == 0:
+        done = _reached(cfg, row)
+        if checkpoint is not None and cfg.checkpoint_every and (t % cfg.checkpoint_every == 0 or done):
             with atomic_path(checkpoint) as tmp:
                 torch.save(state, tmp)
+        if done:
+            break
     bar.close()
     return pd.DataFrame(state["metrics"])
+
+
+def _reached(cfg: RoundConfig, row: dict) -> bool:
+    return cfg.stop_at is not None and row["acc_stored_local"] >= cfg.stop_at
 
 
 @dataclasses.dataclass(frozen=True)

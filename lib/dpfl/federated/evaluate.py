@@ -6,7 +6,7 @@ from torch.func import vmap
 
 from dpfl.models import Model
 
-__all__ = ["accuracy"]
+__all__ = ["accuracy", "shared_accuracy"]
 
 
 def accuracy(model: Model, params: dict, x, y, mask, *, stacked: bool, chunk: int = 25) -> torch.Tensor:
@@ -27,3 +27,17 @@ def accuracy(model: Model, params: dict, x, y, mask, *, stacked: bool, chunk: in
             p = {k: v[sl] for k, v in params.items()} if stacked else params
             out.append(fn(p, x[sl], y[sl], mask[sl]))
     return torch.cat(out)
+
+
+def shared_accuracy(model: Model, params: dict, x, y, index, mask, *, chunk: int = 2000) -> torch.Tensor:
+    """Accuracy of one model on each client's test set, where the sets index a shared pool
+    (x: (N, …), y: (N,), index/mask: (m, n)): every distinct image is classified once — Zheng et
+    al.'s MNIST clients draw their 200 test images with replacement from the same 10 000."""
+    used = torch.unique(index[mask])
+    correct = torch.zeros(y.shape[0], dtype=torch.bool, device=y.device)
+    with torch.no_grad():
+        for start in range(0, used.numel(), chunk):
+            ix = used[start:start + chunk]
+            correct[ix] = model.forward(params, x[ix], None).argmax(-1) == y[ix]
+    hits = (correct[index] & mask).sum(1)
+    return hits / mask.sum(1).clamp(min=1)
