@@ -41,6 +41,20 @@ def test_hash_is_stable_and_sensitive_to_fields_type_and_version():
     assert h != runs.config_hash(Square2(1.0))
 
 
+@dataclasses.dataclass(frozen=True)
+class Located:
+    x: float
+    where: str = dataclasses.field(default="here", metadata={"hash": False})
+
+    def compute(self):
+        return self.x
+
+
+def test_fields_marked_hash_false_do_not_change_the_hash():
+    assert runs.config_hash(Located(1.0, "here")) == runs.config_hash(Located(1.0, "/elsewhere"))
+    assert runs.config_hash(Located(1.0)) != runs.config_hash(Located(2.0))
+
+
 def test_run_computes_once_then_reads_the_cache(tmp_path):
     cache = runs.Cache(tmp_path)
     first = runs.run(Square(3.0, seed=7), cache)

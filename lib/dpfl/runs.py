@@ -8,7 +8,9 @@ with :func:`run_many` therefore resumes where it was interrupted. Set ``FORCE=1`
 environment (or pass ``force=True``) to recompute.
 
 A config class may set ``code_version: ClassVar[int]``; bump it when ``compute`` changes meaning,
-so that old cached results are no longer matched.
+so that old cached results are no longer matched. Fields that say where things are rather than
+what is computed (a data directory, a progress flag) take ``metadata={"hash": False}`` and stay
+out of the hash.
 
 >>> from dataclasses import dataclass
 >>> @dataclass(frozen=True)
@@ -53,7 +55,8 @@ class Result:
 
 def _jsonable(obj):
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if f.metadata.get("hash", True)}
     if isinstance(obj, enum.Enum):
         return obj.value
     if isinstance(obj, (list, tuple)):
