@@ -1,6 +1,8 @@
 """Shared fixtures: the offline data directory and an isolated dataset cache."""
+import numpy as np
 import pytest
 
+from dpfl.data import FederatedDataset, load_dataset, partition
 from tests_support import shared_root
 
 
@@ -14,3 +16,14 @@ def data_root():
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Each test session decodes datasets into its own cache (never the user's)."""
     monkeypatch.setenv("DPFL_CACHE", str(tmp_path_factory.getbasetemp() / "dpfl-cache"))
+
+
+@pytest.fixture(scope="module")
+def mnist_shards():
+    """8 clients of Zheng et al.'s kind (4 label shards of 150), 100 test images each."""
+    root = shared_root()
+    train_set, test_set = load_dataset("mnist", "train", root), load_dataset("mnist", "test", root)
+    rng = np.random.default_rng(0)
+    clients = partition.label_shards(train_set.y.numpy(), 8, 4, 150, rng)
+    tests = partition.test_sets_like(train_set.y.numpy(), test_set.y.numpy(), clients, 100, rng)
+    return FederatedDataset.from_partition(train_set, test_set, clients, tests)

@@ -249,6 +249,20 @@ def test_fixed_size_batches_are_distinct_members_and_uniform():
     assert torch.equal(x[..., 0, 0, 0], y.float())
 
 
+def test_shuffled_epochs_visit_every_example_once_per_epoch():
+    fd = _toy_federated((10, 7, 12))
+    x, y, mask = fd.batches([0, 1, 2], batch_size=3, steps=12, rng=np.random.default_rng(2), sampling="shuffle")
+    assert tuple(y.shape) == (3, 12, 3) and mask.all()
+    for c, idx in enumerate(fd.clients):
+        per_epoch = len(idx) // 3
+        ys = y[c].numpy()
+        for e in range(12 // per_epoch):
+            seen = ys[e * per_epoch:(e + 1) * per_epoch].ravel()
+            assert len(set(seen)) == seen.size == per_epoch * 3 and np.isin(seen, idx).all()   # no repeats in an epoch
+        first, second = ys[:per_epoch].ravel(), ys[per_epoch:2 * per_epoch].ravel()
+        assert not np.array_equal(first, second)                                          # reshuffled
+
+
 def test_poisson_batches_and_test_batch():
     fd = _toy_federated()
     x, y, mask = fd.batches([1], batch_size=2, steps=3000, rng=np.random.default_rng(1), sampling="poisson")

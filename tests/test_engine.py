@@ -52,16 +52,6 @@ def test_elastic_averaging_moves_only_selected_clients():
     assert server.fedavg(local, weights=[1, 1, 2])["w"].item() == pytest.approx(5.5)
 
 
-@pytest.fixture(scope="module")
-def mnist_shards():
-    root = shared_root()
-    train_set, test_set = load_dataset("mnist", "train", root), load_dataset("mnist", "test", root)
-    rng = np.random.default_rng(0)
-    clients = partition.label_shards(train_set.y.numpy(), 8, 4, 150, rng)
-    tests = partition.test_sets_like(train_set.y.numpy(), test_set.y.numpy(), clients, 100, rng)
-    return FederatedDataset.from_partition(train_set, test_set, clients, tests)
-
-
 def test_convergence_on_real_mnist_shards(mnist_shards):
     """Non-private and DP-SGD clients learn well above chance in 3 rounds (Geyer's MLP, for speed).
     Chance: ≈ 0.3 on a client's own 3–4 labels (local), 0.1 over 10 classes (global)."""
@@ -271,3 +261,38 @@ def test_adaptive_clipping():
     assert server.effective_noise_multiplier(1.0, 2.5) == pytest.approx((1 - 0.04) ** -0.5)
     with pytest.raises(ValueError, match="^count_noise_std must exceed"):
         server.effective_noise_multiplier(1.0, 0.4)
+
+
+def test_geyer_spread_quantities_against_their_definition():
+    from dpfl.federated.engine import spread
+
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((5, 3, 4)), rng.standard_normal((5, 2))
+    v_c, u_s = spread({"a": torch.as_tensor(a), "b": torch.as_tensor(b)})
+    flat = np.concatenate([a.reshape(5, -1), b], axis=1)                 # P = 14 weights
+    mu = flat.mean(0)
+    assert v_c == pytest.approx(np.mean(((flat - mu) ** 2).mean(0)))
+    assert u_s == pytest.approx(np.mean(mu ** 2))
+    same = np.repeat(flat[:1], 5, axis=0)                                # identical clients: no variance
+    assert spread({"w": torch.as_tensor(same)})[0] == pytest.approx(0.0, abs=1e-15)
+
+
+def test_client_dp_adaptive_clipping_epochs_and_lr_decay(mnist_shards):
+    from dpfl.federated.engine import ClientDPConfig, train_client_dp
+
+    base = dict(rounds=4, batch_size=50, local_steps=12, sampler=FixedClients(4), noise_multiplier=1.0,
+                local=LocalConfig(optimizer="sgd", lr=0.1), seed=1, batch_sampling="shuffle")
+    adaptive = train_client_dp(GEYER_MLP, mnist_shards, ClientDPConfig(clip="adaptive", per_layer=False, clip_init=1e-3,
+                                                                        count_noise_std=1.0, lr_decay=(0.1, 24),
+                                                                        **base), progress=False)
+    # updates are far larger than 1e-3, so the count is ~0 and the bound grows by ≈ e^{0.2·0.5} per round
+    growth = adaptive["clip_bound"].to_numpy()[1:] / adaptive["clip_bound"].to_numpy()[:-1]
+    assert (growth > 1).all() and np.allclose(np.log(growth), 0.1, atol=0.2 * 3 / 4)
+    np.testing.assert_allclose(adaptive["lr"], 0.1 * 0.1 ** (np.arange(4) * 12 / 24))
+    assert (adaptive["V_c"] > 0).all() and (adaptive["U_s"] > 0).all()
+    with pytest.raises(ValueError, match="^per_layer"):
+        ClientDPConfig(clip="adaptive", **base)
+    with pytest.raises(ValueError, match="^count_noise_std"):
+        ClientDPConfig(clip="adaptive", per_layer=False, count_noise_std=0.1, **base)
+    with pytest.raises(ValueError, match="^lr_decay"):
+        ClientDPConfig(lr_decay=(0.1,), **base)

@@ -146,3 +146,41 @@ def test_bad_input_before_training():
     with pytest.raises(ValueError, match="do not fit mnist_cnn"):
         local_train(MNIST_CNN, LocalConfig(), stacked, init_state(stacked, LocalConfig()),
                     torch.zeros(1, 1, 2, 3, 32, 32), torch.zeros(1, 1, 2, dtype=torch.long), client_generators(0, 0, [0]))
+
+
+def test_ditto_personal_step_equals_the_proximal_loop_and_its_limits():
+    """Ditto: SGD on f_k(v) + λ/2‖v − w‖², against plain autograd; λ = 0 is local training, and a
+    large λ keeps v at w."""
+    from dpfl.federated.personalize import ditto, interpolate
+
+    model = GEYER_MLP
+    m, steps, batch, lam, lr = 2, 3, 5, 0.7, 0.05
+    w = {k: v.double() for k, v in model.init(torch.Generator().manual_seed(1)).items()}
+    v0 = {k: v.double() for k, v in model.init(torch.Generator().manual_seed(2)).items()}
+    x = torch.randn(m, steps, batch, *model.input_shape, generator=torch.Generator().manual_seed(3)).double()
+    y = torch.randint(0, 10, (m, steps, batch), generator=torch.Generator().manual_seed(4))
+    ours = ditto(model, _stack(v0, m), w, x, y, client_generators(0, 0, range(m)), lam=lam, lr=lr)
+    for c in range(m):
+        p = {k: t.clone().requires_grad_(True) for k, t in v0.items()}
+        for k in range(steps):
+            loss = F.nll_loss(model.forward(p, x[c, k], None), y[c, k]) + lam / 2 * sum(
+                (p[n] - w[n]).pow(2).sum() for n in p)
+            grads = torch.autograd.grad(loss, list(p.values()))
+            p = {n: (t - lr * g).detach().requires_grad_(True) for (n, t), g in zip(p.items(), grads)}
+        for n in p:
+            torch.testing.assert_close(ours[n][c], p[n].detach(), atol=1e-10, rtol=1e-8)
+    plain, _ = local_train(model, LocalConfig(optimizer="sgd", lr=lr), _stack(v0, m), {}, x, y,
+                           client_generators(0, 0, range(m)))
+    zero = ditto(model, _stack(v0, m), w, x, y, client_generators(0, 0, range(m)), lam=0.0, lr=lr)
+    for n in plain:
+        torch.testing.assert_close(zero[n], plain[n])
+    # λ·lr = 1: each step jumps onto w, then moves by lr·∇f(w): v ends within lr·‖∇f‖ of w
+    pinned = ditto(model, _stack(w, m), w, x, y, client_generators(0, 0, range(m)), lam=1 / lr, lr=lr)
+    drift = max(float((pinned[n] - w[n]).abs().max()) for n in w)
+    moved = max(float((plain[n] - v0[n]).abs().max()) for n in w)
+    assert drift < moved
+    half = interpolate(_stack(v0, m), w, 0.25)
+    torch.testing.assert_close(half["fc1.weight"][0], 0.75 * v0["fc1.weight"] + 0.25 * w["fc1.weight"])
+    with pytest.raises(ValueError, match="^anchor"):
+        local_train(model, LocalConfig(optimizer="sgd", prox=1.0), _stack(v0, m), {}, x, y,
+                    client_generators(0, 0, range(m)))

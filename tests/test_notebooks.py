@@ -79,3 +79,10 @@ def test_make_help_lists_every_target():
 def test_ci_script_calls_make_test():
     text = (ROOT / ".ci" / "run").read_text()
     assert "make test" in text and "DPFL_DATA" in text
+
+
+def test_gpu_scale_notebooks_run_quick_on_a_cpu_unless_insisted():
+    assert reproduce.effective_profile("zheng2021", "paper", "cpu") == "quick"
+    assert reproduce.effective_profile("zheng2021", "paper", "cpu", cpu_paper=True) == "paper"
+    assert reproduce.effective_profile("zheng2021", "smoke", "cpu") == "smoke"
+    assert reproduce.effective_profile("asoodeh2020", "paper", "cpu") == "paper"      # numerics only

@@ -31,6 +31,19 @@ NOTEBOOKS = {
     "geyer2017": "geyer2017_client_level.ipynb",
 }
 
+#: Notebooks whose ``paper`` profile trains at the papers' scale (~10⁶ DP-SGD client steps per
+#: configuration): on a machine without a GPU they run at ``quick`` unless ``--cpu-paper`` is given,
+#: and RUN.json / REPORT.md say so.
+GPU_PAPER = {"zheng2021", "geyer2017"}
+
+
+def effective_profile(paper: str, profile: str, device: str, cpu_paper: bool = False) -> str:
+    """The profile a notebook runs at: ``quick`` instead of ``paper`` for :data:`GPU_PAPER`
+    notebooks on a CPU (days of training there), unless ``cpu_paper``."""
+    if profile == "paper" and paper in GPU_PAPER and not cpu_paper and not resolve_device(device).startswith("cuda"):
+        return "quick"
+    return profile
+
 
 class NotebookFailed(RuntimeError):
     """A notebook cell raised; the message names the notebook, the cell and the error."""
@@ -93,6 +106,8 @@ def main(argv=None) -> int:
     parser.add_argument("--data-dir", default=os.environ.get("DPFL_DATA"))
     parser.add_argument("--notebooks-dir", default="notebooks")
     parser.add_argument("--figures-dir", default="figures")
+    parser.add_argument("--cpu-paper", action="store_true",
+                        help=f"run {', '.join(sorted(GPU_PAPER))} at profile paper even without a GPU (days)")
     args = parser.parse_args(argv)
 
     for paper in args.papers:
@@ -107,10 +122,14 @@ def main(argv=None) -> int:
         return 2
     start = time.perf_counter()
     for k, paper in enumerate(available, 1):
-        print(f"[{k}/{len(available)}] {paper} (profile={args.profile}, "
+        profile = effective_profile(paper, args.profile, args.device, args.cpu_paper)
+        if profile != args.profile:
+            print(f"  {paper}: profile paper trains at the papers' scale and needs a GPU; none here, so it runs "
+                  f"at profile quick (pass --cpu-paper to insist)", flush=True)
+        print(f"[{k}/{len(available)}] {paper} (profile={profile}, "
               f"elapsed {time.perf_counter() - start:.0f} s)", flush=True)
         try:
-            run_notebook(paper, profile=args.profile, notebooks_dir=args.notebooks_dir,
+            run_notebook(paper, profile=profile, notebooks_dir=args.notebooks_dir,
                          figures_dir=args.figures_dir, device=args.device, seed=args.seed,
                          data_dir=args.data_dir)
         except NotebookFailed as err:

@@ -71,13 +71,15 @@ class FederatedDataset:
                 sampling: str = "fixed"):
         """Stacked batches for ``steps`` local steps of each client in ``client_ids``.
 
+        ``sampling``: "fixed" (B distinct examples, uniform, afresh each step), "poisson" (each
+        example with probability B/n; padded) or "shuffle" (epochs over a random permutation).
         Returns ``(x, y, mask)`` with x of shape (m, steps, B, …), y (m, steps, B) and mask
         (m, steps, B) marking real examples (all True for fixed-size batches).
         """
         ids = np.asarray(client_ids, dtype=np.int64)
         B = checks.positive_int("batch_size", batch_size)
         steps = checks.positive_int("steps", steps)
-        checks.one_of("sampling", sampling, ("fixed", "poisson"))
+        checks.one_of("sampling", sampling, ("fixed", "poisson", "shuffle"))
         sizes = self._train_sizes[ids]
         if (sizes < B).any():
             raise ValueError(f"batch_size {B} exceeds the data of client(s) {ids[sizes < B][:5].tolist()}")
@@ -87,6 +89,18 @@ class FederatedDataset:
         keys = np.where(valid, rng.random((ids.size, steps, n_max)), np.inf)
         if sampling == "fixed":
             pos = np.argpartition(keys, B - 1, axis=-1)[..., :B]            # B smallest keys: uniform
+            mask = np.ones(pos.shape, dtype=bool)
+        elif sampling == "shuffle":
+            # epochs: each run of ⌊n/B⌋ steps walks through one random permutation of the client's
+            # data in consecutive batches of B (the remainder is dropped), as Geyer et al.'s
+            # np.split(indices, b) with B = n/b
+            per_epoch = sizes // B
+            epoch = np.arange(steps)[None, :] // per_epoch[:, None]
+            within = np.arange(steps)[None, :] % per_epoch[:, None]
+            epoch_keys = np.where(valid[:, :1, :], rng.random((ids.size, int(epoch.max()) + 1, n_max)), np.inf)
+            order = np.argsort(epoch_keys, axis=-1)
+            rows = np.take_along_axis(order, epoch[..., None], axis=1)             # (m, steps, n_max)
+            pos = np.take_along_axis(rows, within[..., None] * B + np.arange(B)[None, None, :], axis=-1)
             mask = np.ones(pos.shape, dtype=bool)
         else:
             take = keys < (B / sizes)[:, None, None]

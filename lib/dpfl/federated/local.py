@@ -36,6 +36,7 @@ class LocalConfig:
     clip: float = 1.0
     noise_multiplier: float = 0.0     # z: noise std z·C on the sum of clipped gradients
     per_sample: str = "ghost"         # how DP-SGD gets per-sample norms: "ghost" or "full" (see _clipped_sum)
+    prox: float = 0.0                 # λ of a proximal term λ/2·‖w − anchor‖² (Ditto; see dpfl.federated.personalize)
 
     def __post_init__(self):
         checks.one_of("optimizer", self.optimizer, ("sgd", "adam"))
@@ -44,6 +45,7 @@ class LocalConfig:
         checks.positive("clip", self.clip)
         checks.nonnegative("noise_multiplier", self.noise_multiplier)
         checks.one_of("per_sample", self.per_sample, ("ghost", "full"))
+        checks.nonnegative("prox", self.prox)
 
 
 def client_generators(root_seed: int, round_: int, client_ids, device="cpu") -> list:
@@ -124,7 +126,9 @@ def _gradient(model: Model, cfg: LocalConfig, params, x, y, masks, noise):
     return {k: (total[k] + cfg.noise_multiplier * cfg.clip * noise[k]) / batch for k in params}
 
 
-def _update(cfg: LocalConfig, params, state, grads, lr):
+def _update(cfg: LocalConfig, params, state, grads, lr, anchor):
+    if cfg.prox:
+        grads = {k: g + cfg.prox * (params[k] - anchor[k]) for k, g in grads.items()}
     if cfg.weight_decay:
         grads = {k: g + cfg.weight_decay * params[k] for k, g in grads.items()}
     if cfg.optimizer == "sgd":
@@ -139,11 +143,11 @@ def _update(cfg: LocalConfig, params, state, grads, lr):
 
 
 def _step(model, cfg):
-    def one_client(params, state, x, y, masks, noise, lr):
+    def one_client(params, state, x, y, masks, noise, lr, anchor):
         grads = _gradient(model, cfg, params, x, y, masks, noise)
-        return _update(cfg, params, state, grads, lr)
+        return _update(cfg, params, state, grads, lr, anchor)
 
-    return vmap(one_client, in_dims=(0, 0, 0, 0, 0, 0, 0), randomness="error")
+    return vmap(one_client, in_dims=(0, 0, 0, 0, 0, 0, 0, None), randomness="error")
 
 
 def _slice(tree, sl):
@@ -167,15 +171,19 @@ def _assign(out, sl, tree):
 
 
 def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y, generators: list,
-                lr=None, *, chunk: int | None = None):
+                lr=None, *, chunk: int | None = None, anchor: dict | None = None):
     """K local steps for m clients at once.
 
     ``params``/``state``: stacked over clients (m, …); ``x``: (m, K, B, C, H, W); ``y``: (m, K, B);
     ``generators``: one per client (dropout masks and DP noise are drawn from it, step by step);
     ``lr``: per-client learning rates (m,) (default ``cfg.lr``); ``chunk``: clients per vmapped
     call — default all on a GPU, one on a CPU, where vmapping convolutions over clients measured
-    slower than sequential calls (``benchmarks/RESULTS.md``). Returns the new (params, state).
+    slower than sequential calls (``benchmarks/RESULTS.md``); ``anchor``: the point of the
+    proximal term when ``cfg.prox > 0`` (one model, shared by all clients). Returns the new (params, state).
     """
+    if cfg.prox and anchor is None:
+        raise ValueError("anchor is required when cfg.prox > 0 (the model the proximal term pulls toward)")
+    anchor = anchor if cfg.prox else {}
     m, steps, batch = y.shape
     if len(generators) != m:
         raise ValueError(f"need one generator per client: {len(generators)} for {m} clients")
@@ -208,7 +216,7 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
             noise = ({n: torch.stack([torch.randn(sh, generator=g, device=g.device) for g in gens]).to(device)
                       for n, sh in shapes.items()}
                      if cfg.dp else {n: torch.zeros(len(gens), device=device) for n in shapes})
-            p, st = step_fn(p, st, x[sl, k], y[sl, k], masks, noise, lr[sl])
+            p, st = step_fn(p, st, x[sl, k], y[sl, k], masks, noise, lr[sl], anchor)
         _assign(new_params, sl, p)
         _assign(new_state, sl, st)
     return new_params, new_state

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from dpfl import checks
+from dpfl.federated.personalize import interpolate
 
 __all__ = ["fedavg", "elastic", "clip_updates", "median_bounds", "gaussian_mean", "two_step",
            "adaptive_clip", "effective_noise_multiplier"]
@@ -32,10 +33,11 @@ def elastic(global_: dict, local: dict, selected, alpha: float, eta: float = 1.0
     idx = torch.as_tensor(selected, dtype=torch.long)
     mean = fedavg({k: v[idx] for k, v in local.items()})
     new_global = {k: (1 - eta) * global_[k] + eta * mean[k] for k in global_}
+    helpers = interpolate({k: v[idx] for k, v in local.items()}, new_global, alpha)
     new_local = {}
     for k, v in local.items():
         moved = v.clone()
-        moved[idx] = (1 - alpha) * v[idx] + alpha * new_global[k]
+        moved[idx] = helpers[k]
         new_local[k] = moved
     return new_global, new_local
 
@@ -122,6 +124,6 @@ def effective_noise_multiplier(noise_multiplier: float, count_noise_std: float) 
     checks.positive("count_noise_std", count_noise_std)
     rest = noise_multiplier ** -2 - (2 * count_noise_std) ** -2
     if rest <= 0:
-        raise ValueError(f"count_noise_std must exceed 1/(2z) = {1 / (2 * noise_multiplier):.4g}: the count would "
+        raise ValueError(f"count_noise_std must exceed z/2 = {noise_multiplier / 2:.4g}: the count would "
                          "use the whole privacy budget")
     return rest ** -0.5

@@ -1,0 +1,34 @@
+"""Personalised models: Zheng et al.'s helper interpolation and Ditto.
+
+* :func:`interpolate` — Zheng et al.'s personalised helper (Alg. 1, eq. 2.1):
+  h = (1 − α)·w_local + α·w_global (``server.elastic`` applies it to the sampled clients).
+* :func:`ditto` — Ditto (Li, Hu, Beirami & Smith 2021; FedHDP's personalisation, details.md §3.2):
+  each participating client also keeps a personal model v_k and takes local steps on
+  f_k(v) + λ/2·‖v − w‖², w the global model it received this round. v_k never leaves the client,
+  so it needs no noise; it has its own learning rate.
+"""
+from __future__ import annotations
+
+
+from dpfl import checks
+from dpfl.federated.local import LocalConfig, init_state, local_train
+from dpfl.models import Model
+
+__all__ = ["interpolate", "ditto"]
+
+
+def interpolate(local: dict, global_: dict, alpha: float) -> dict:
+    """(1 − α)·local + α·global, parameter by parameter (local may carry a client axis)."""
+    checks.in_range("alpha", alpha, 0, 1)
+    return {k: (1 - alpha) * v + alpha * global_[k] for k, v in local.items()}
+
+
+def ditto(model: Model, personal: dict, global_: dict, x, y, generators: list, *, lam: float, lr: float,
+          optimizer: str = "sgd", chunk: int | None = None) -> dict:
+    """Ditto's personal update for the participating clients (stacked ``personal``, (m, …)):
+    K steps of ``optimizer`` on the local loss plus λ/2·‖v − global‖² (non-private; see module doc)."""
+    checks.nonnegative("lam", lam)
+    cfg = LocalConfig(optimizer=optimizer, lr=lr, prox=lam)
+    new, _ = local_train(model, cfg, personal, init_state(personal, cfg), x, y, generators, chunk=chunk,
+                         anchor=global_ if lam else None)
+    return new

@@ -1,0 +1,57 @@
+"""dpfl.experiments.zheng2021: the authors' settings as configs (details.md §1.4)."""
+import numpy as np
+import pytest
+
+from dpfl.experiments.zheng2021 import ZhengRun, default_steps, federated_mnist, first_round
+from dpfl.runs import config_hash
+
+
+def test_local_steps_follow_the_authors_code():
+    assert default_steps(600, 16) == 38 and default_steps(500, 16) == 32
+    assert default_steps(600, 8) == 76                  # hard-coded in their config (⌈600/8⌉ = 75)
+
+
+def test_configs_map_sigma_to_the_noise_multiplier_and_carry_the_cifar_schedule():
+    mnist = ZhengRun("mnist", 0.5, 0.75, 16, 300).round_config()
+    assert mnist.local.noise_multiplier == 1.5 and mnist.local.dp and mnist.local.lr == 1e-3
+    assert mnist.local_steps == 38 and mnist.sampler.p == 0.5 and mnist.alpha == 0.1 and mnist.lr_step == 0
+    twin = ZhengRun("mnist", 0.5, None, 16, 300).round_config()
+    assert not twin.local.dp and twin.local.noise_multiplier == 0.0
+    cifar = ZhengRun("cifar10", 1.0, 0.5, 16, 1000).round_config()
+    assert (cifar.local.lr, cifar.local.weight_decay, cifar.lr_step, cifar.lr_gamma, cifar.augment, cifar.local_steps) \
+        == (5e-3, 5e-4, 10, 0.99, True, 32)
+    # μ at the paper's R reproduces Table 1 and Table 3 cells
+    assert ZhengRun("mnist", 1.0, 1.0, 16, 300).mu(93) == pytest.approx(2.711, abs=1e-3)
+    assert ZhengRun("cifar10", 0.5, 0.5, 16, 1000).mu(405) == pytest.approx(37.507, abs=1e-3)
+    # where the data live is not part of what is computed
+    assert config_hash(ZhengRun("mnist", 1.0, 1.0, 16, 3, data_dir="/a")) == config_hash(ZhengRun("mnist", 1.0, 1.0, 16, 3))
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(dataset="svhn"), "dataset"), (dict(p=0.0), "p"), (dict(sigma=-1.0), "sigma"), (dict(batch_size=0), "batch_size"),
+])
+def test_bad_input(kwargs, name):
+    base = dict(dataset="mnist", p=1.0, sigma=1.0, batch_size=16, rounds=3)
+    with pytest.raises(ValueError, match=rf"^{name}\b"):
+        ZhengRun(**(base | kwargs))
+
+
+def test_federated_mnist_is_the_authors_split(data_root):
+    fd = federated_mnist(100, seed=0, data_dir=data_root)
+    assert fd.num_clients == 100 and (fd.client_sizes == 600).all()
+    labels = fd.train_y.numpy()
+    per_client = [np.unique(labels[ix]).size for ix in fd.clients]
+    # 4 shards of one label each, except that a shard may straddle two labels (label counts are not
+    # multiples of 150): at most 8 labels, mostly 3–4
+    assert max(per_client) <= 8 and 2.5 <= np.mean(per_client) <= 4.5
+    assert len(np.unique(np.concatenate(fd.clients))) == 60_000            # 400 shards: every image once
+    test_labels = fd.test_y.numpy()
+    for ix, tix in zip(fd.clients, fd.test_clients):
+        assert len(tix) == 200 and set(test_labels[tix]) <= set(labels[ix])
+
+
+def test_first_round():
+    import pandas as pd
+
+    m = pd.DataFrame({"round": [1, 2, 3, 4], "acc_stored_local": [0.2, 0.5, 0.45, 0.9]})
+    assert first_round(m, 0.45) == 2 and first_round(m, 0.9) == 4 and first_round(m, 0.95) is None
