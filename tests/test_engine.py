@@ -296,3 +296,18 @@ def test_client_dp_adaptive_clipping_epochs_and_lr_decay(mnist_shards):
         ClientDPConfig(clip="adaptive", per_layer=False, count_noise_std=0.1, **base)
     with pytest.raises(ValueError, match="^lr_decay"):
         ClientDPConfig(lr_decay=(0.1,), **base)
+
+
+def test_client_dp_resume_is_exact(mnist_shards, tmp_path):
+    from dpfl.federated.engine import ClientDPConfig, train_client_dp
+
+    base = dict(batch_size=8, local_steps=3, sampler=FixedClients(4), noise_multiplier=1.0, clip="adaptive",
+                per_layer=False, count_noise_std=1.0, local=LocalConfig(optimizer="sgd", lr=0.1), seed=5)
+    full = train_client_dp(GEYER_MLP, mnist_shards, ClientDPConfig(rounds=4, **base), progress=False)
+    ckpt = tmp_path / "geyer.pt"
+    train_client_dp(GEYER_MLP, mnist_shards, ClientDPConfig(rounds=2, checkpoint_every=2, **base), checkpoint=ckpt,
+                    progress=False)
+    resumed = train_client_dp(GEYER_MLP, mnist_shards, ClientDPConfig(rounds=4, checkpoint_every=2, **base),
+                              checkpoint=ckpt, progress=False)
+    cols = [c for c in full.columns if c != "seconds"]
+    assert full[cols].equals(resumed[cols])

@@ -219,6 +219,7 @@ class ClientDPConfig:
     count_noise_std: float = 0.0
     seed: int = 0
     chunk: int | None = None
+    checkpoint_every: int = 0
 
     def __post_init__(self):
         checks.positive_int("rounds", self.rounds)
@@ -252,9 +253,12 @@ def spread(updates: dict) -> tuple[float, float]:
     return var, scale
 
 
-def train_client_dp(model: Model, fd: FederatedDataset, cfg: ClientDPConfig, *, progress: bool = True) -> pd.DataFrame:
+def train_client_dp(model: Model, fd: FederatedDataset, cfg: ClientDPConfig, *, checkpoint: Path | None = None,
+                    progress: bool = True) -> pd.DataFrame:
     """Run Geyer et al.'s algorithm; one metrics row per round (accuracy of the global model on
-    every client's test set, δ spent at ``target_eps``, clip bound, mean update norm, V_c, U_s)."""
+    every client's test set, δ spent at ``target_eps``, clip bound, mean update norm, V_c, U_s).
+    With ``checkpoint``, state is saved every ``cfg.checkpoint_every`` rounds and a run finding a
+    checkpoint resumes from it (bit-identical on a CPU)."""
     from dpfl.accounting import rdp
 
     K = fd.num_clients
@@ -265,9 +269,15 @@ def train_client_dp(model: Model, fd: FederatedDataset, cfg: ClientDPConfig, *, 
         z = server.effective_noise_multiplier(cfg.noise_multiplier, cfg.count_noise_std)
     adaptive_bound = cfg.clip_init
     rows = []
+    first = 1
+    if checkpoint is not None and Path(checkpoint).exists():
+        saved = torch.load(checkpoint, weights_only=False)
+        global_, adaptive_bound, rows, first = saved["global"], saved["bound"], saved["rows"], saved["round"] + 1
+        if cfg.delta_budget is not None and rows and rows[-1]["delta"] > cfg.delta_budget:
+            return pd.DataFrame(rows)
     from tqdm.auto import tqdm
 
-    for t in tqdm(range(1, cfg.rounds + 1), disable=not progress, desc="rounds", leave=False):
+    for t in tqdm(range(first, cfg.rounds + 1), disable=not progress, desc="rounds", leave=False):
         start = time.perf_counter()
         rng = _round_rng(cfg.seed, t)
         if isinstance(cfg.sampler, FixedClients):
@@ -304,6 +314,10 @@ def train_client_dp(model: Model, fd: FederatedDataset, cfg: ClientDPConfig, *, 
                      "delta": delta, "mean_update_norm": mean_norm,
                      "clip_bound": (float(np.mean(list(bound.values()))) if isinstance(bound, dict) else float(bound)),
                      "V_c": v_c, "U_s": u_s, "seconds": time.perf_counter() - start})
-        if cfg.delta_budget is not None and delta > cfg.delta_budget:
+        over = cfg.delta_budget is not None and delta > cfg.delta_budget
+        if checkpoint is not None and cfg.checkpoint_every and (t % cfg.checkpoint_every == 0 or over):
+            with atomic_path(checkpoint) as tmp:
+                torch.save({"round": t, "global": global_, "bound": adaptive_bound, "rows": rows}, tmp)
+        if over:
             break            # Geyer's code returns this model: the first whose δ exceeds the budget
     return pd.DataFrame(rows)
