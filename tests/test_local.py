@@ -46,7 +46,7 @@ def _reference(model, cfg, params, x, y, generator):
     return {k: v.detach() for k, v in p.items()}
 
 
-@pytest.mark.parametrize("model_name", ["mnist_cnn", "cifar_cnn", "geyer_mlp"])
+@pytest.mark.parametrize("model_name", ["mnist_cnn", "cifar_cnn", "geyer_mlp", "fedhdp_mlp200", "femnist_cnn"])
 @pytest.mark.parametrize("cfg", [
     LocalConfig(optimizer="sgd", lr=0.05),
     LocalConfig(optimizer="adam", lr=1e-3, weight_decay=5e-4),

@@ -15,6 +15,7 @@ ghost clipping.
 * :data:`CIFAR_CNN` / :func:`cifar_cnn` — the TF-tutorial CNN of Zheng et al.'s CIFAR-10 runs;
   the authors' code omits the third ReLU (``relu3=False``, the faithful default).
 * :data:`GEYER_MLP` — Geyer et al.'s FC 784-600-100-10 without biases.
+* :func:`fedhdp_mlp`, :data:`FEMNIST_CNN` — FedHDP's (F)MNIST and FEMNIST networks (sizes assumed).
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-__all__ = ["Model", "Tap", "MNIST_CNN", "CIFAR_CNN", "GEYER_MLP", "cifar_cnn", "get_model", "num_params"]
+__all__ = ["Model", "Tap", "MNIST_CNN", "CIFAR_CNN", "GEYER_MLP", "FEMNIST_CNN", "cifar_cnn", "fedhdp_mlp", "get_model",
+           "num_params"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,11 +161,58 @@ def _geyer_forward(p, x, masks=None, tap=None):
 GEYER_MLP = Model("geyer_mlp", (1, 28, 28), _geyer_init, _geyer_forward, lambda batch, g: None,
                   ("fc1", "fc2", "fc3"))
 
-_MODELS = {m.name: m for m in (MNIST_CNN, CIFAR_CNN, cifar_cnn(relu3=True), GEYER_MLP)}
+# -- FedHDP's networks (Aldaghri et al., Table 6; the layer sizes were lost, details.md §3.1) --------
+
+def fedhdp_mlp(hidden: int = 200, classes: int = 10) -> Model:
+    """FedHDP's (F)MNIST net, Input → Flatten → FC (ReLU) → FC (softmax) (Table 6's structure).
+    The hidden width was lost; 200 (the FedAvg paper's MLP width) is our assumption, a parameter."""
+
+    def init(g):
+        p = {}
+        p["fc1.weight"], p["fc1.bias"] = _linear(g, hidden, 784)
+        p["fc2.weight"], p["fc2.bias"] = _linear(g, classes, hidden)
+        return p
+
+    def forward(p, x, masks=None, tap=None):
+        return F.log_softmax(_fc(p, "fc2", F.relu(_fc(p, "fc1", x.flatten(-3), tap)), tap), dim=-1)
+
+    return Model(f"fedhdp_mlp{hidden}", (1, 28, 28), init, forward, lambda batch, g: None, ("fc1", "fc2"))
+
+
+def _femnist_init(g):
+    p = {}
+    p["conv1.weight"], p["conv1.bias"] = _conv(g, 32, 1, 3)
+    p["conv2.weight"], p["conv2.bias"] = _conv(g, 64, 32, 3)
+    p["fc1.weight"], p["fc1.bias"] = _linear(g, 128, 1600)
+    p["fc2.weight"], p["fc2.bias"] = _linear(g, 62, 128)
+    return p
+
+
+def _femnist_forward(p, x, masks=None, tap=None):
+    h = F.max_pool2d(F.relu(F.conv2d(x, p["conv1.weight"], p["conv1.bias"])), 2)
+    h = F.max_pool2d(F.relu(F.conv2d(h, p["conv2.weight"], p["conv2.bias"])), 2)
+    if masks:
+        h = h * masks["drop1"]                               # dropout(0.25), element-wise
+    h = F.relu(_fc(p, "fc1", h.flatten(-3), tap))
+    if masks:
+        h = h * masks["drop2"]                               # dropout(0.5)
+    return F.log_softmax(_fc(p, "fc2", h, tap), dim=-1)
+
+
+def _femnist_masks(batch, g):
+    return {"drop1": _dropout_mask((batch, 64, 5, 5), 0.25, g), "drop2": _dropout_mask((batch, 128), 0.5, g)}
+
+
+#: FedHDP's FEMNIST CNN (Table 6's structure: conv → pool → conv → pool → dropout → FC → dropout →
+#: FC) with TFF's EMNIST ``cnn_dropout`` sizes (32/64 filters 3×3, FC 128, dropout 0.25/0.5, 62
+#: classes) — the correspondence is an assumption (details.md §3.1).
+FEMNIST_CNN = Model("femnist_cnn", (1, 28, 28), _femnist_init, _femnist_forward, _femnist_masks, ("fc1", "fc2"))
+
+_MODELS = {m.name: m for m in (MNIST_CNN, CIFAR_CNN, cifar_cnn(relu3=True), GEYER_MLP, fedhdp_mlp(), FEMNIST_CNN)}
 
 
 def get_model(name: str) -> Model:
-    """A model by name: mnist_cnn, cifar_cnn, cifar_cnn_relu3, geyer_mlp."""
+    """A model by name: mnist_cnn, cifar_cnn, cifar_cnn_relu3, geyer_mlp, fedhdp_mlp200, femnist_cnn."""
     if name not in _MODELS:
         raise ValueError(f"model must be one of {', '.join(_MODELS)}; got {name!r}")
     return _MODELS[name]
