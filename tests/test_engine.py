@@ -124,8 +124,12 @@ def test_shared_accuracy_equals_the_per_client_evaluation(mnist_shards):
     K = mnist_shards.num_clients
     x, y, mask = mnist_shards.test_batch(np.arange(K))
     index, mask2 = mnist_shards.test_index(np.arange(K))
-    torch.testing.assert_close(shared_accuracy(GEYER_MLP, params, mnist_shards.test_x, mnist_shards.test_y, index, mask2),
-                               accuracy(GEYER_MLP, params, x, y, mask, stacked=False))
+    acc, loss = shared_accuracy(GEYER_MLP, params, mnist_shards.test_x, mnist_shards.test_y, index, mask2,
+                                with_loss=True)
+    torch.testing.assert_close(acc, accuracy(GEYER_MLP, params, x, y, mask, stacked=False))
+    for c in range(K):                                   # the loss: mean NLL over the client's test images
+        direct = torch.nn.functional.nll_loss(GEYER_MLP.forward(params, x[c][mask[c]], None), y[c][mask[c]])
+        torch.testing.assert_close(loss[c], direct)
 
 
 def test_bad_configs_fail_before_training(mnist_shards):

@@ -57,3 +57,16 @@ def test_bad_input(mnist_shards):
         _cfg(local=LocalConfig(dp=True))
     with pytest.raises(ValueError, match="^groups"):
         train_fedhdp(GEYER_MLP, mnist_shards, np.zeros(5, dtype=int), _cfg(), progress=False)
+
+
+def test_resume_is_exact(mnist_shards, tmp_path):
+    groups = np.array([0, 1] * 4)
+    kw = dict(noise_multipliers=(0.0, 1.0), ratios=(1.0, 0.5), lams=(0.1, 0.2), count_noise_frac=1.0)
+    full = train_fedhdp(GEYER_MLP, mnist_shards, groups, _cfg(rounds=4, **kw), progress=False)
+    ckpt = tmp_path / "fedhdp.pt"
+    train_fedhdp(GEYER_MLP, mnist_shards, groups, _cfg(rounds=2, checkpoint_every=2, **kw), checkpoint=ckpt,
+                 progress=False)
+    resumed = train_fedhdp(GEYER_MLP, mnist_shards, groups, _cfg(rounds=4, checkpoint_every=2, **kw), checkpoint=ckpt,
+                           progress=False)
+    cols = [c for c in full.columns if c != "seconds"]
+    assert full[cols].equals(resumed[cols])

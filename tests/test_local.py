@@ -96,23 +96,40 @@ class _TorchMnistCNN(nn.Module):
         return F.log_softmax(self.fc2(F.relu(self.fc1(h.flatten(1)))), dim=-1)
 
 
-def test_per_sample_clipping_matches_opacus():
+class _TorchCifarCNN(nn.Module):
+    """CifarCNN as the authors wrote it (no third ReLU), to hand to Opacus."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2, self.conv3 = nn.Conv2d(3, 32, 3), nn.Conv2d(32, 64, 3), nn.Conv2d(64, 64, 3)
+        self.fc1, self.fc2 = nn.Linear(1024, 64), nn.Linear(64, 10)
+
+    def forward(self, x):
+        h = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        h = self.conv3(F.max_pool2d(F.relu(self.conv2(h)), 2))
+        return F.log_softmax(self.fc2(F.relu(self.fc1(h.flatten(1)))), dim=-1)
+
+
+@pytest.mark.parametrize("model, net_class", [(MNIST_CNN, _TorchMnistCNN), (CIFAR_CNN, _TorchCifarCNN)],
+                         ids=["mnist_cnn", "cifar_cnn"])
+def test_per_sample_clipping_matches_opacus(model, net_class):
     opacus = pytest.importorskip("opacus")
-    params = MNIST_CNN.init(torch.Generator().manual_seed(4))
-    net = _TorchMnistCNN()
+    params = model.init(torch.Generator().manual_seed(4))
+    net = net_class()
     net.load_state_dict(params)
     gsm = opacus.GradSampleModule(net, loss_reduction="sum")
-    x, y = torch.randn(6, 1, 28, 28), torch.randint(0, 10, (6,))
+    x, y = torch.randn(6, *model.input_shape), torch.randint(0, 10, (6,))
     F.nll_loss(gsm(x), y, reduction="sum").backward()
     theirs = {n: p.grad_sample for n, p in net.named_parameters()}
     # ours: one DP-SGD SGD step with lr 1 and no noise gives −(Σ clipped)/B (dropout off, as in
-    # the Opacus module)
+    # the Opacus module); ghost clipping for the FC layers, per-sample gradients for the rest
     cfg = LocalConfig(optimizer="sgd", lr=1.0, dp=True, clip=0.05, noise_multiplier=0.0)
-    no_dropout = dataclasses.replace(MNIST_CNN, masks=lambda batch, g: None)
+    no_dropout = dataclasses.replace(model, masks=lambda batch, g: None)
     new, _ = local_train(no_dropout, cfg, _stack(params, 1), {}, x[None, None], y[None, None],
                          client_generators(0, 0, [0]))
     norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in theirs.values()))
     factor = (0.05 / (norms + 1e-6)).clamp(max=1.0)
+    assert (factor < 1).any()                                            # the bound binds
     for n in params:
         expected = params[n] - torch.einsum("b,b...->...", factor, theirs[n]) / 6
         torch.testing.assert_close(new[n][0], expected, atol=1e-6, rtol=1e-5)

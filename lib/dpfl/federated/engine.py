@@ -82,7 +82,10 @@ def _round_rng(seed: int, t: int) -> np.random.Generator:
 
 def train(model: Model, fd: FederatedDataset, cfg: RoundConfig, *, checkpoint: Path | None = None,
           progress: bool = True, device: str = "cpu") -> pd.DataFrame:
-    """Run ``cfg.rounds`` rounds (or until ``cfg.stop_at``); one metrics row per round (a tidy DataFrame).
+    """Run ``cfg.rounds`` rounds (or until ``cfg.stop_at``); one metrics row per round (a tidy DataFrame):
+    ``acc_stored_local`` (the paper's metric), ``acc_global``/``loss_global`` (the global model on every
+    client's test set), ``acc_local_all`` (every client's own model, every ``eval_every`` rounds),
+    ``mu_max`` (Theorem 2), the mean learning rate and the round's wall time.
 
     With ``checkpoint`` set, state is saved there every ``cfg.checkpoint_every`` rounds and a run
     finding a checkpoint resumes from it. ``device``: where models, batches and noise live ("cuda"
@@ -149,11 +152,14 @@ def train(model: Model, fd: FederatedDataset, cfg: RoundConfig, *, checkpoint: P
         state["stored_acc"][idx] = accuracy(model, params, x_test[idx], y_test[idx], m_test[idx], stacked=True)
         state["global"], state["local"] = server.elastic(state["global"], state["local"], selected,
                                                          cfg.alpha, cfg.eta)
+        acc_global, loss_global = shared_accuracy(model, state["global"], pool_x, pool_y, pool_index, pool_mask,
+                                                  with_loss=True)
         row = {
             "round": t,
             "clients": int(selected.size),
             "acc_stored_local": float(state["stored_acc"].mean()),      # the paper's metric
-            "acc_global": float(shared_accuracy(model, state["global"], pool_x, pool_y, pool_index, pool_mask).mean()),
+            "acc_global": float(acc_global.mean()),
+            "loss_global": float(loss_global.mean()),
             "acc_local_all": (float(accuracy(model, state["local"], x_test, y_test, m_test, stacked=True).mean())
                               if t % cfg.eval_every == 0 or t == cfg.rounds else np.nan),
             "lr_mean": float(lr.mean()) if lr is not None else cfg.local.lr,
@@ -255,7 +261,7 @@ def spread(updates: dict) -> tuple[float, float]:
 
 def train_client_dp(model: Model, fd: FederatedDataset, cfg: ClientDPConfig, *, checkpoint: Path | None = None,
                     progress: bool = True) -> pd.DataFrame:
-    """Run Geyer et al.'s algorithm; one metrics row per round (accuracy of the global model on
+    """Run Geyer et al.'s algorithm; one metrics row per round (accuracy and loss of the global model on
     every client's test set, δ spent at ``target_eps``, clip bound, mean update norm, V_c, U_s).
     With ``checkpoint``, state is saved every ``cfg.checkpoint_every`` rounds and a run finding a
     checkpoint resumes from it (bit-identical on a CPU)."""
@@ -263,7 +269,7 @@ def train_client_dp(model: Model, fd: FederatedDataset, cfg: ClientDPConfig, *, 
 
     K = fd.num_clients
     global_ = model.init(torch.Generator().manual_seed(int(cfg.seed)))
-    x_test, y_test, m_test = fd.test_batch(np.arange(K))
+    pool = fd.test_index(np.arange(K))
     z = cfg.noise_multiplier
     if cfg.clip == "adaptive" and z > 0:
         z = server.effective_noise_multiplier(cfg.noise_multiplier, cfg.count_noise_std)
@@ -309,8 +315,9 @@ def train_client_dp(model: Model, fd: FederatedDataset, cfg: ClientDPConfig, *, 
         delta = (rdp.moments_accountant_delta(q, cfg.noise_multiplier, t * cfg.accumulations_per_round, cfg.target_eps)
                  if cfg.noise_multiplier > 0 else 1.0)
         mean_norm = (float(torch.stack(list(norms.values())).mean()) if isinstance(norms, dict) else float(norms.mean()))
+        acc, loss = shared_accuracy(model, global_, fd.test_x, fd.test_y, *pool, with_loss=True)
         rows.append({"round": t, "clients": int(m), "q": q, "lr": lr,
-                     "acc_global": float(accuracy(model, global_, x_test, y_test, m_test, stacked=False).mean()),
+                     "acc_global": float(acc.mean()), "loss_global": float(loss.mean()),
                      "delta": delta, "mean_update_norm": mean_norm,
                      "clip_bound": (float(np.mean(list(bound.values()))) if isinstance(bound, dict) else float(bound)),
                      "V_c": v_c, "U_s": u_s, "seconds": time.perf_counter() - start})

@@ -29,15 +29,22 @@ def accuracy(model: Model, params: dict, x, y, mask, *, stacked: bool, chunk: in
     return torch.cat(out)
 
 
-def shared_accuracy(model: Model, params: dict, x, y, index, mask, *, chunk: int = 2000) -> torch.Tensor:
+def shared_accuracy(model: Model, params: dict, x, y, index, mask, *, chunk: int = 2000, with_loss: bool = False):
     """Accuracy of one model on each client's test set, where the sets index a shared pool
     (x: (N, …), y: (N,), index/mask: (m, n)): every distinct image is classified once — Zheng et
-    al.'s MNIST clients draw their 200 test images with replacement from the same 10 000."""
+    al.'s MNIST clients draw their 200 test images with replacement from the same 10 000.
+    ``with_loss``: also return each client's mean negative log-likelihood."""
     used = torch.unique(index[mask])
     correct = torch.zeros(y.shape[0], dtype=torch.bool, device=y.device)
+    nll = torch.zeros(y.shape[0], device=y.device)
     with torch.no_grad():
         for start in range(0, used.numel(), chunk):
             ix = used[start:start + chunk]
-            correct[ix] = model.forward(params, x[ix], None).argmax(-1) == y[ix]
-    hits = (correct[index] & mask).sum(1)
-    return hits / mask.sum(1).clamp(min=1)
+            logp = model.forward(params, x[ix], None)
+            correct[ix] = logp.argmax(-1) == y[ix]
+            nll[ix] = -logp.gather(-1, y[ix].unsqueeze(-1)).squeeze(-1).to(nll.dtype)
+    count = mask.sum(1).clamp(min=1)
+    acc = (correct[index] & mask).sum(1) / count
+    if not with_loss:
+        return acc
+    return acc, (nll[index] * mask).sum(1) / count

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -32,6 +33,7 @@ from dpfl.federated.evaluate import accuracy, shared_accuracy
 from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train
 from dpfl.federated.personalize import ditto
 from dpfl.federated.sampling import FixedClients, PoissonClients
+from dpfl.io import atomic_path
 from dpfl.models import Model
 
 __all__ = ["FedHDPConfig", "train_fedhdp"]
@@ -61,6 +63,7 @@ class FedHDPConfig:
     lr_decay: tuple = ()
     delta: float = 1e-5
     eval_every: int = 1
+    checkpoint_every: int = 0
     seed: int = 0
 
     def __post_init__(self):
@@ -88,9 +91,11 @@ def _participation(sampler, K: int) -> float:
 
 
 def train_fedhdp(model: Model, fd: FederatedDataset, groups, cfg: FedHDPConfig, *, server_test=None,
-                 progress: bool = True) -> pd.DataFrame:
+                 checkpoint: Path | None = None, progress: bool = True) -> pd.DataFrame:
     """Run FedHDP; ``groups``: each client's privacy group (0, 1, …); ``server_test``: (x, y) of
-    the server test set for ``acc_g`` (default: the union of the clients' test sets). One row per round."""
+    the server test set for ``acc_g`` (default: the union of the clients' test sets). One row per
+    round. With ``checkpoint``, state is saved every ``cfg.checkpoint_every`` rounds and a run that
+    finds a checkpoint resumes from it."""
     K = fd.num_clients
     groups = np.asarray(groups, dtype=np.int64)
     L = len(cfg.noise_multipliers)
@@ -116,11 +121,19 @@ def train_fedhdp(model: Model, fd: FederatedDataset, groups, cfg: FedHDPConfig, 
     else:
         server_x, server_y = server_test
     rows = []
+    first = 1
+    if checkpoint is not None and Path(checkpoint).exists():
+        saved = torch.load(checkpoint, weights_only=False)
+        global_, personal, bounds, rows, first = (saved["global"], saved["personal"], saved["bounds"], saved["rows"],
+                                                  saved["round"] + 1)
+        for acc, state in zip(accountants, saved["accountants"]):
+            if acc is not None:
+                acc.load_state_dict(state)
     from tqdm.auto import tqdm
 
     from dpfl.federated.engine import _round_rng
 
-    for t in tqdm(range(1, cfg.rounds + 1), disable=not progress, desc="rounds", leave=False):
+    for t in tqdm(range(first, cfg.rounds + 1), disable=not progress, desc="rounds", leave=False):
         start = time.perf_counter()
         rng = _round_rng(cfg.seed, t)
         selected = (cfg.sampler.sample(K, rng) if isinstance(cfg.sampler, PoissonClients)
@@ -169,7 +182,9 @@ def train_fedhdp(model: Model, fd: FederatedDataset, groups, cfg: FedHDPConfig, 
                         [gens[i] for i in pos], lam=cfg.lams[l], lr=cfg.personal_lr)
             for k in personal:
                 personal[k][idx] = new[k]
-        acc_g_clients = shared_accuracy(model, global_, fd.test_x, fd.test_y, *fd.test_index(np.arange(K)))
+        acc_g_clients, loss_g_clients = shared_accuracy(model, global_, fd.test_x, fd.test_y,
+                                                        *fd.test_index(np.arange(K)), with_loss=True)
+        row["loss_g"] = float(loss_g_clients.mean())
         with torch.no_grad():
             row["acc_g"] = float((model.forward(global_, server_x, None).argmax(-1) == server_y).float().mean())
         evaluate_personal = t % cfg.eval_every == 0 or t == cfg.rounds
@@ -186,4 +201,8 @@ def train_fedhdp(model: Model, fd: FederatedDataset, groups, cfg: FedHDPConfig, 
             row["delta_l"] = row["acc_l_0"] - row["acc_l_1"]
         row["seconds"] = time.perf_counter() - start
         rows.append(row)
+        if checkpoint is not None and cfg.checkpoint_every and t % cfg.checkpoint_every == 0:
+            with atomic_path(checkpoint) as tmp:
+                torch.save({"round": t, "global": global_, "personal": personal, "bounds": bounds, "rows": rows,
+                            "accountants": [a.state_dict() if a is not None else None for a in accountants]}, tmp)
     return pd.DataFrame(rows)
