@@ -8,10 +8,12 @@ import pandas as pd
 import pytest
 
 from dpfl import reproduce
+from tests_support import shared_root
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 PARAMETERS = {"profile", "device", "seed", "data_dir", "out_dir"}
+NEEDS_DATA = {"zheng2021", "geyer2017"}
 
 
 def test_every_notebook_is_registered():
@@ -35,8 +37,9 @@ def test_notebook_committed_without_outputs_and_with_parameters(path):
 @pytest.mark.parametrize("paper", [p for p, f in reproduce.NOTEBOOKS.items()
                                    if (ROOT / "notebooks" / f).exists()])
 def test_notebook_smoke_run_asserts_its_numbers(paper, tmp_path):
+    data_dir = shared_root() if paper in NEEDS_DATA else None          # skips when the datasets are absent
     record = reproduce.run_notebook(paper, profile="smoke", notebooks_dir=ROOT / "notebooks",
-                                    figures_dir=tmp_path, log=lambda *_: None)
+                                    figures_dir=tmp_path, data_dir=data_dir, log=lambda *_: None)
     out = tmp_path / paper
     assert record["profile"] == "smoke" and (out / "RUN.json").exists()
     assert (out / reproduce.NOTEBOOKS[paper]).exists()
