@@ -55,14 +55,14 @@ def _setup(model, m, steps, batch):
     return stacked, x, y
 
 
-def step_ratio(model, batch=16, steps=5):
+def step_ratio(model, batch=16, steps=10):
     """Seconds per client step: plain, DP with ghost clipping, DP with full per-sample gradients."""
     stacked, x, y = _setup(model, 1, steps, batch)
     run = lambda cfg: local_train(model, cfg, stacked, init_state(stacked, cfg), x, y, client_generators(0, 0, [0]))
     out = {}
     for name, cfg in [("plain", LocalConfig()), ("ghost", LocalConfig(dp=True, noise_multiplier=2.0)),
                       ("full", LocalConfig(dp=True, noise_multiplier=2.0, per_sample="full"))]:
-        out[name] = _time(lambda: run(cfg)) / steps
+        out[name] = _time(lambda: run(cfg), repeat=5) / steps
     return out
 
 
