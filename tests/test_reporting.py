@@ -44,3 +44,30 @@ def test_write_report_collects_every_paper(tmp_path):
     text = reporting.write_report(tmp_path).read_text()
     assert "| asoodeh2020 | smoke     | 1/2" in text
     assert "0.1671" in text and "✗ differs" in text and "empty" not in text
+
+
+def test_git_commit_sees_changes_anywhere_but_figures(tmp_path, monkeypatch):
+    """A change to a notebook (outside lib/) marks the commit dirty; a regenerated figure does not."""
+    import shutil
+    import subprocess
+
+    from dpfl import provenance
+
+    repo = tmp_path / "repo"
+    (repo / "lib" / "dpfl").mkdir(parents=True)
+    (repo / "notebooks").mkdir()
+    (repo / "figures").mkdir()
+    shutil.copy(provenance.__file__, repo / "lib" / "dpfl" / "provenance.py")
+    for name in ("notebooks/a.ipynb", "figures/a.png"):
+        (repo / name).write_text("0")
+    git = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True)
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init")
+    monkeypatch.setattr(provenance, "__file__", str(repo / "lib" / "dpfl" / "provenance.py"))
+    commit = provenance.git_commit.__wrapped__                 # uncached
+    assert not commit().endswith("+dirty")
+    (repo / "figures" / "a.png").write_text("1")
+    assert not commit().endswith("+dirty")
+    (repo / "notebooks" / "a.ipynb").write_text("1")
+    assert commit().endswith("+dirty")
