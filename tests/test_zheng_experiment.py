@@ -55,3 +55,28 @@ def test_first_round():
 
     m = pd.DataFrame({"round": [1, 2, 3, 4], "acc_stored_local": [0.2, 0.5, 0.45, 0.9]})
     assert first_round(m, 0.45) == 2 and first_round(m, 0.9) == 4 and first_round(m, 0.95) is None
+
+
+def test_paper_grid_is_the_authors():
+    from dpfl.experiments.zheng2021 import grid
+
+    runs = grid("paper")
+    assert len(runs) == 23                          # 9 + 3 twins + 3 B=8; 6 CIFAR-10 + 2 twins
+    rounds = {(r.dataset, r.p, r.sigma, r.batch_size): r.rounds for r in runs}
+    assert rounds[("mnist", 0.25, 1.0, 16)] == 500 and rounds[("mnist", 0.25, 0.75, 16)] == 600
+    assert rounds[("mnist", 1.0, 0.9, 16)] == 300 and rounds[("cifar10", 0.5, 0.5, 16)] == 1000
+    assert {r.steps for r in runs if r.dataset == "mnist"} == {38, 76} and all(r.num_clients == 100 for r in runs)
+
+
+def test_grid_runner_fills_a_cache_within_its_budget(data_root, tmp_path, capsys):
+    from dpfl.experiments import zheng2021
+    from dpfl.runs import Cache
+
+    cache = tmp_path / "cache"
+    args = ["--profile", "smoke", "--device", "cpu", "--data-dir", str(data_root), "--cache", str(cache)]
+    assert zheng2021.main(args + ["--budget", "-1"]) == 3                  # no time: nothing starts
+    assert not list(cache.glob("*.pkl"))
+    assert zheng2021.main(args) == 0
+    configs = zheng2021.grid("smoke", seed=0, device="cpu", data_dir=str(data_root))
+    assert all(Cache(cache).load(c) is not None for c in configs)          # what the notebook will read
+    assert zheng2021.main(args) == 0 and "0 run(s) missing" in capsys.readouterr().out

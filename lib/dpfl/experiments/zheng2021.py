@@ -29,7 +29,7 @@ from dpfl.federated.sampling import PoissonClients
 from dpfl.models import MNIST_CNN, cifar_cnn
 
 __all__ = ["ZhengRun", "federated_mnist", "federated_cifar10", "first_round", "CIFAR_NORMALISATION",
-           "default_steps"]
+           "default_steps", "SETTINGS", "mnist_run", "cifar_run", "grid", "main"]
 
 #: The authors' CIFAR-10 normalisation (``transforms.Normalize``; details.md §1.4).
 CIFAR_NORMALISATION = ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
@@ -155,3 +155,102 @@ class ZhengRun:
         if checkpoint is not None and checkpoint.exists():
             checkpoint.unlink()                       # the cached result replaces it
         return metrics
+
+
+#: The notebook's profiles. ``paper`` is the authors' grid (details.md §1.4: 300 MNIST rounds; for
+#: p = 0.25, 600 — 500 at σ = 1 (their s2.0 config); 1000 CIFAR-10 rounds); ``quick`` keeps every
+#: per-client setting but trains 6 MNIST / 8 CIFAR-10 clients for 10 / 6 rounds; ``smoke`` is a few
+#: steps for CI. ``rounds`` maps p (or (p, σ)) to the number of rounds.
+SETTINGS = {
+    "smoke": dict(clients=4, rounds={1.0: 2, 0.5: 2, 0.25: 2}, steps=4, p=(1.0,), sigma=(1.0,), b8=(1.0,),
+                  target=0.9, cifar_clients=4, cifar_rounds=2, cifar_steps=3, cifar_p=(1.0,), cifar_sigma=(1.0,),
+                  cifar_target=0.52, eval_every=1),
+    "quick": dict(clients=6, rounds={1.0: 10, 0.5: 10, 0.25: 10}, steps=None, p=(1.0, 0.5), sigma=(1.0, 0.75),
+                  b8=(0.75,), target=0.42, cifar_clients=8, cifar_rounds=6, cifar_steps=None, cifar_p=(1.0,),
+                  cifar_sigma=(1.0, 0.5), cifar_target=0.35, eval_every=1),
+    "paper": dict(clients=100, rounds={1.0: 300, 0.5: 300, 0.25: 600, (0.25, 1.0): 500}, steps=None, p=(1.0, 0.5, 0.25),
+                  sigma=(1.0, 0.9, 0.75), b8=(1.0, 0.9, 0.75), target=0.9, cifar_clients=100, cifar_rounds=1000,
+                  cifar_steps=None, cifar_p=(1.0, 0.5), cifar_sigma=(1.0, 0.75, 0.5), cifar_target=0.52,
+                  eval_every=10),
+}
+
+
+def mnist_run(S: dict, p: float, sigma: float | None, B: int = 16, **common) -> ZhengRun:
+    """The MNIST run of profile settings ``S`` (:data:`SETTINGS`) at (p, σ, B)."""
+    rounds = S["rounds"].get((p, sigma), S["rounds"][p])
+    return ZhengRun("mnist", p, sigma, B, rounds, local_steps=S["steps"] and S["steps"] * (16 // B),
+                    num_clients=S["clients"], eval_every=S["eval_every"], **common)
+
+
+def cifar_run(S: dict, p: float, sigma: float | None, **common) -> ZhengRun:
+    """The CIFAR-10 run of profile settings ``S`` at (p, σ)."""
+    return ZhengRun("cifar10", p, sigma, 16, S["cifar_rounds"], local_steps=S["cifar_steps"],
+                    num_clients=S["cifar_clients"], eval_every=S["eval_every"], **common)
+
+
+def batch_size_p(S: dict) -> float:
+    """The p of the B = 8 vs B = 16 comparison: 0.5 (Table 2), or the profile's first p without it."""
+    return 0.5 if 0.5 in S["p"] else S["p"][0]
+
+
+def grid(profile: str, **common) -> list:
+    """Every run the notebook needs at ``profile``, in the order it uses them (``common``: seed,
+    device, data_dir, checkpoint_dir, progress)."""
+    checks.one_of("profile", profile, SETTINGS)
+    S = SETTINGS[profile]
+    runs = [mnist_run(S, p, s, **common) for p in S["p"] for s in S["sigma"]]
+    runs += [mnist_run(S, p, None, **common) for p in S["p"]]
+    runs += [mnist_run(S, batch_size_p(S), s, B, **common) for s in S["b8"] for B in (8, 16)]
+    runs += [cifar_run(S, p, s, **common) for p in S["cifar_p"] for s in S["cifar_sigma"]]
+    runs += [cifar_run(S, p, None, **common) for p in S["cifar_p"]]
+    unique = []
+    for r in runs:
+        if r not in unique:
+            unique.append(r)
+    return unique
+
+
+def main(argv=None) -> int:
+    """Compute the notebook's runs into a cache, one after another, within a time budget — for
+    GPU sessions whose commands are time-limited: each call adds the runs it finishes, and the next
+    call (or the notebook) reads them from the cache.
+
+        python -m dpfl.experiments.zheng2021 --profile paper --device cuda --budget 540 \\
+            --cache figures/zheng2021/cache
+    """
+    import argparse
+    import time
+
+    from dpfl import runs
+    from dpfl.notebook import resolve_device
+
+    parser = argparse.ArgumentParser(prog="python -m dpfl.experiments.zheng2021", description=main.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", default="paper", choices=list(SETTINGS))
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data-dir", default=os.environ.get("DPFL_DATA"))
+    parser.add_argument("--cache", default="figures/zheng2021/cache")
+    parser.add_argument("--budget", type=float, default=float("inf"),
+                        help="seconds; no new run starts after this much time has passed")
+    args = parser.parse_args(argv)
+    cache = runs.Cache(args.cache)
+    todo = [c for c in grid(args.profile, seed=args.seed, device=resolve_device(args.device),
+                            data_dir=str(args.data_dir), checkpoint_dir=str(Path(args.cache) / "checkpoints"))
+            if cache.load(c) is None]
+    print(f"{args.profile}: {len(todo)} run(s) missing from {args.cache}", flush=True)
+    start = time.perf_counter()
+    for k, config in enumerate(todo, 1):
+        if time.perf_counter() - start >= args.budget:
+            print(f"budget of {args.budget:.0f} s spent; {len(todo) - k + 1} run(s) left", flush=True)
+            return 3
+        result = runs.run(config, cache)
+        print(f"[{k}/{len(todo)}] {config.dataset} p={config.p:g} σ={config.sigma} B={config.batch_size}: "
+              f"{len(result.value)} rounds in {result.provenance['wall_time_s']:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
