@@ -1,7 +1,6 @@
 """dpfl.accounting.composition and .gaussian: dp_accounting's PLD, closed forms, orderings."""
 import math
 
-import numpy as np
 import pytest
 
 from dpfl.accounting import composition, gaussian

@@ -185,17 +185,17 @@ def test_geyer_moments_accountant_reproduces_the_inferred_noise_levels(q, sigmas
 
 
 def test_client_dp_round_without_noise_is_fedavg(mnist_shards):
-    from dpfl.federated.engine import ClientDPConfig, train_client_dp
+    from dpfl.federated.client_dp import ClientDPConfig, train_client_dp
     from dpfl.federated.local import client_generators, init_state, local_train
 
     cfg = ClientDPConfig(rounds=1, batch_size=8, local_steps=3, sampler=FixedClients(4), noise_multiplier=0.0,
                          clip=1e9, per_layer=False, local=LocalConfig(optimizer="sgd", lr=0.1), seed=2)
     metrics = train_client_dp(GEYER_MLP, mnist_shards, cfg, progress=False)
     # the same round by hand: sample, train from the global model, average
-    from dpfl.federated.engine import _round_rng
+    from dpfl.federated.sampling import round_rng
     from dpfl.federated.evaluate import accuracy
 
-    rng = _round_rng(2, 1)
+    rng = round_rng(2, 1)
     selected = cfg.sampler.sample(8, rng, 0)
     x, y, _ = mnist_shards.batches(selected, 8, 3, rng)
     g0 = GEYER_MLP.init(torch.Generator().manual_seed(2))
@@ -211,7 +211,7 @@ def test_client_dp_round_without_noise_is_fedavg(mnist_shards):
 
 def test_client_dp_learns_accounts_and_stops_at_the_budget():
     from dpfl.accounting import rdp
-    from dpfl.federated.engine import ClientDPConfig, train_client_dp
+    from dpfl.federated.client_dp import ClientDPConfig, train_client_dp
 
     root = shared_root()
     train_set, test_set = load_dataset("mnist", "train", root), load_dataset("mnist", "test", root)
@@ -268,7 +268,7 @@ def test_adaptive_clipping():
 
 
 def test_geyer_spread_quantities_against_their_definition():
-    from dpfl.federated.engine import spread
+    from dpfl.federated.client_dp import spread
 
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((5, 3, 4)), rng.standard_normal((5, 2))
@@ -282,7 +282,7 @@ def test_geyer_spread_quantities_against_their_definition():
 
 
 def test_client_dp_adaptive_clipping_epochs_and_lr_decay(mnist_shards):
-    from dpfl.federated.engine import ClientDPConfig, train_client_dp
+    from dpfl.federated.client_dp import ClientDPConfig, train_client_dp
 
     base = dict(rounds=4, batch_size=50, local_steps=12, sampler=FixedClients(4), noise_multiplier=1.0,
                 local=LocalConfig(optimizer="sgd", lr=0.1), seed=1, batch_sampling="shuffle")
@@ -303,7 +303,7 @@ def test_client_dp_adaptive_clipping_epochs_and_lr_decay(mnist_shards):
 
 
 def test_client_dp_resume_is_exact(mnist_shards, tmp_path):
-    from dpfl.federated.engine import ClientDPConfig, train_client_dp
+    from dpfl.federated.client_dp import ClientDPConfig, train_client_dp
 
     base = dict(batch_size=8, local_steps=3, sampler=FixedClients(4), noise_multiplier=1.0, clip="adaptive",
                 per_layer=False, count_noise_std=1.0, local=LocalConfig(optimizer="sgd", lr=0.1), seed=5)

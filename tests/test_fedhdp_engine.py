@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from dpfl.federated.engine import ClientDPConfig, train_client_dp
+from dpfl.federated.client_dp import ClientDPConfig, train_client_dp
 from dpfl.federated.fedhdp import FedHDPConfig, train_fedhdp
 from dpfl.federated.local import LocalConfig
 from dpfl.federated.sampling import FixedClients

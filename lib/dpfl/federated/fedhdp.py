@@ -32,7 +32,7 @@ from dpfl.federated import server
 from dpfl.federated.evaluate import accuracy, shared_accuracy
 from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train
 from dpfl.federated.personalize import ditto
-from dpfl.federated.sampling import FixedClients, PoissonClients
+from dpfl.federated.sampling import FixedClients, PoissonClients, round_rng
 from dpfl.io import atomic_path
 from dpfl.models import Model
 
@@ -131,11 +131,9 @@ def train_fedhdp(model: Model, fd: FederatedDataset, groups, cfg: FedHDPConfig, 
                 acc.load_state_dict(state)
     from tqdm.auto import tqdm
 
-    from dpfl.federated.engine import _round_rng
-
     for t in tqdm(range(first, cfg.rounds + 1), disable=not progress, desc="rounds", leave=False):
         start = time.perf_counter()
-        rng = _round_rng(cfg.seed, t)
+        rng = round_rng(cfg.seed, t)
         selected = (cfg.sampler.sample(K, rng) if isinstance(cfg.sampler, PoissonClients)
                     else cfg.sampler.sample(K, rng, t - 1))
         m = selected.size

@@ -9,7 +9,7 @@ import numpy as np
 from dpfl import checks
 from dpfl.accounting.accountant import SampledGaussianEvent
 
-__all__ = ["PoissonClients", "FixedClients"]
+__all__ = ["PoissonClients", "FixedClients", "round_rng"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,3 +60,9 @@ class FixedClients:
     def event(self, noise_multiplier: float, num_clients: int, round_: int = 0) -> SampledGaussianEvent:
         """m of K without replacement (Geyer's code accounts it as Poisson with q = m/K)."""
         return SampledGaussianEvent(noise_multiplier, self.size(round_) / num_clients, "without_replacement")
+
+
+def round_rng(seed: int, round_: int) -> np.random.Generator:
+    """Round ``round_``'s generator (client sample, batches, server noise), from (seed, round) alone,
+    so that a resumed run draws what an uninterrupted one would."""
+    return np.random.default_rng(np.random.SeedSequence([int(seed), int(round_), 17]))
