@@ -41,9 +41,14 @@ def test_write_report_collects_every_paper(tmp_path):
     (paper / "RUN.json").write_text(json.dumps({"profile": "smoke", "wall_time_s": 3.2,
                                                 "git_commit": "abc", "device": "cpu"}))
     (tmp_path / "empty").mkdir()
+    zheng = tmp_path / "zheng2021"
+    zheng.mkdir()
+    table.to_csv(zheng / "comparisons.csv", index=False)
+    (zheng / "RUN.json").write_text(json.dumps({"profile": "quick", "note": "paper requested; no GPU"}))
     text = reporting.write_report(tmp_path).read_text()
-    assert "| asoodeh2020 | smoke     | 1/2" in text
+    assert "| asoodeh2020 | smoke" in text and "| 1/2 " in text
     assert "0.1671" in text and "✗ differs" in text and "empty" not in text
+    assert "quick (paper requested; no GPU)" in text and "Profile `quick` (paper requested; no GPU)" in text
 
 
 def test_git_commit_sees_changes_anywhere_but_figures(tmp_path, monkeypatch):

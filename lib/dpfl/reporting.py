@@ -129,14 +129,16 @@ def write_report(figures_dir) -> Path:
         n_ok = int((table["verdict"] == MATCH).sum())
         summary.append({
             "paper": paper_dir.name,
-            "profile": run.get("profile", "?"),
+            "profile": run.get("profile", "?") + (f" ({run['note']})" if run.get("note") else ""),
             "matches": f"{n_ok}/{len(table)}",
             "wall time (s)": run.get("wall_time_s", "?"),
             "commit": str(run.get("git_commit", "?"))[:12],
             "device": run.get("device", "?"),
         })
         sections.append(f"## {paper_dir.name}\n\n"
-                        f"Profile `{run.get('profile', '?')}`, seed {run.get('seed', '?')}, "
+                        f"Profile `{run.get('profile', '?')}`"
+                        + (f" ({run['note']})" if run.get("note") else "")
+                        + f", seed {run.get('seed', '?')}, "
                         f"run {run.get('created', '?')} on {run.get('device', '?')}.\n\n"
                         + to_markdown(table) + "\n")
     text = ("# dpfl — reproduced numbers next to the papers'\n\n"

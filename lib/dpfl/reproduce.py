@@ -50,8 +50,9 @@ class NotebookFailed(RuntimeError):
 
 
 def run_notebook(paper: str, *, profile: str, notebooks_dir="notebooks", figures_dir="figures",
-                 device: str = "auto", seed: int = 0, data_dir=None, log=print) -> dict:
-    """Execute one paper notebook; return its ``RUN.json`` record. Raises :class:`NotebookFailed`."""
+                 device: str = "auto", seed: int = 0, data_dir=None, note: str = "", log=print) -> dict:
+    """Execute one paper notebook; return its ``RUN.json`` record (``note``, when given, is kept there
+    and shown in REPORT.md). Raises :class:`NotebookFailed`."""
     import papermill
 
     checks.one_of("paper", paper, NOTEBOOKS)
@@ -80,7 +81,7 @@ def run_notebook(paper: str, *, profile: str, notebooks_dir="notebooks", figures
     (out_dir / (source.stem + ".failed.ipynb")).unlink(missing_ok=True)
     wall = time.perf_counter() - start
     record = provenance(paper=paper, notebook=str(source), profile=profile, seed=seed,
-                        device=_device_label(device), wall_time_s=round(wall, 1))
+                        device=_device_label(device), wall_time_s=round(wall, 1), **({"note": note} if note else {}))
     write_text(out_dir / "RUN.json", json.dumps(record, indent=2) + "\n")
     log(f"      done in {wall:.1f} s → {out_dir}")
     return record
@@ -130,6 +131,7 @@ def main(argv=None) -> int:
               f"elapsed {time.perf_counter() - start:.0f} s)", flush=True)
         try:
             run_notebook(paper, profile=profile, notebooks_dir=args.notebooks_dir,
+                         note="paper requested; it needs a GPU and none was found" if profile != args.profile else "",
                          figures_dir=args.figures_dir, device=args.device, seed=args.seed,
                          data_dir=args.data_dir)
         except NotebookFailed as err:
