@@ -115,9 +115,10 @@ def train_fedhdp(model: Model, fd: FederatedDataset, groups, cfg: FedHDPConfig, 
     personal = {k: v.unsqueeze(0).repeat(K, *[1] * v.ndim) for k, v in global_.items()}
     bounds = [cfg.clip_init] * L
     x_test, y_test, m_test = fd.test_batch(np.arange(K))
+    pool = fd.test_index(np.arange(K))                     # each client's test images in the shared pool
     if server_test is None:
-        index, mask = fd.test_index(np.arange(K))
-        server_x, server_y = fd.test_x[torch.unique(index[mask])], fd.test_y[torch.unique(index[mask])]
+        union = torch.unique(pool[0][pool[1]])
+        server_x, server_y = fd.test_x[union], fd.test_y[union]
     else:
         server_x, server_y = server_test
     rows = []
@@ -181,7 +182,7 @@ def train_fedhdp(model: Model, fd: FederatedDataset, groups, cfg: FedHDPConfig, 
             for k in personal:
                 personal[k][idx] = new[k]
         acc_g_clients, loss_g_clients = shared_accuracy(model, global_, fd.test_x, fd.test_y,
-                                                        *fd.test_index(np.arange(K)), with_loss=True)
+                                                        *pool, with_loss=True)
         row["loss_g"] = float(loss_g_clients.mean())
         with torch.no_grad():
             row["acc_g"] = float((model.forward(global_, server_x, None).argmax(-1) == server_y).float().mean())
