@@ -75,6 +75,17 @@ def _fc(p, name, h, tap: Tap | None = None):
     return out + tap.probes[name]
 
 
+def _init(g, convs=(), fcs=()):
+    """Parameters in PyTorch's default initialisation, drawn in order: ``convs`` as
+    (name, out_channels, in_channels, kernel), then ``fcs`` as (name, out_features, in_features)."""
+    p = {}
+    for name, out_c, in_c, k in convs:
+        p[f"{name}.weight"], p[f"{name}.bias"] = _conv(g, out_c, in_c, k)
+    for name, out_f, in_f in fcs:
+        p[f"{name}.weight"], p[f"{name}.bias"] = _linear(g, out_f, in_f)
+    return p
+
+
 def _dropout_mask(shape, p, g):
     return torch.bernoulli(torch.full(shape, 1 - p, device=g.device), generator=g) / (1 - p)
 
@@ -82,12 +93,7 @@ def _dropout_mask(shape, p, g):
 # -- MnistCNN -------------------------------------------------------------------------------------
 
 def _mnist_init(g):
-    p = {}
-    p["conv1.weight"], p["conv1.bias"] = _conv(g, 32, 1, 3)
-    p["conv2.weight"], p["conv2.bias"] = _conv(g, 64, 32, 3)
-    p["fc1.weight"], p["fc1.bias"] = _linear(g, 128, 9216)
-    p["fc2.weight"], p["fc2.bias"] = _linear(g, 10, 128)
-    return p
+    return _init(g, [("conv1", 32, 1, 3), ("conv2", 64, 32, 3)], [("fc1", 128, 9216), ("fc2", 10, 128)])
 
 
 def _mnist_forward(p, x, masks=None, tap=None):
@@ -112,13 +118,8 @@ MNIST_CNN = Model("mnist_cnn", (1, 28, 28), _mnist_init, _mnist_forward, _mnist_
 # -- CifarCNN -------------------------------------------------------------------------------------
 
 def _cifar_init(g):
-    p = {}
-    p["conv1.weight"], p["conv1.bias"] = _conv(g, 32, 3, 3)
-    p["conv2.weight"], p["conv2.bias"] = _conv(g, 64, 32, 3)
-    p["conv3.weight"], p["conv3.bias"] = _conv(g, 64, 64, 3)
-    p["fc1.weight"], p["fc1.bias"] = _linear(g, 64, 1024)
-    p["fc2.weight"], p["fc2.bias"] = _linear(g, 10, 64)
-    return p
+    return _init(g, [("conv1", 32, 3, 3), ("conv2", 64, 32, 3), ("conv3", 64, 64, 3)],
+                 [("fc1", 64, 1024), ("fc2", 10, 64)])
 
 
 def cifar_cnn(relu3: bool = False) -> Model:
@@ -168,10 +169,7 @@ def fedhdp_mlp(hidden: int = 200, classes: int = 10) -> Model:
     The hidden width was lost; 200 (the FedAvg paper's MLP width) is our assumption, a parameter."""
 
     def init(g):
-        p = {}
-        p["fc1.weight"], p["fc1.bias"] = _linear(g, hidden, 784)
-        p["fc2.weight"], p["fc2.bias"] = _linear(g, classes, hidden)
-        return p
+        return _init(g, fcs=[("fc1", hidden, 784), ("fc2", classes, hidden)])
 
     def forward(p, x, masks=None, tap=None):
         return F.log_softmax(_fc(p, "fc2", F.relu(_fc(p, "fc1", x.flatten(-3), tap)), tap), dim=-1)
@@ -180,12 +178,7 @@ def fedhdp_mlp(hidden: int = 200, classes: int = 10) -> Model:
 
 
 def _femnist_init(g):
-    p = {}
-    p["conv1.weight"], p["conv1.bias"] = _conv(g, 32, 1, 3)
-    p["conv2.weight"], p["conv2.bias"] = _conv(g, 64, 32, 3)
-    p["fc1.weight"], p["fc1.bias"] = _linear(g, 128, 1600)
-    p["fc2.weight"], p["fc2.bias"] = _linear(g, 62, 128)
-    return p
+    return _init(g, [("conv1", 32, 1, 3), ("conv2", 64, 32, 3)], [("fc1", 128, 1600), ("fc2", 62, 128)])
 
 
 def _femnist_forward(p, x, masks=None, tap=None):

@@ -28,7 +28,7 @@ from dpfl.federated.local import LocalConfig
 from dpfl.federated.sampling import PoissonClients
 from dpfl.models import MNIST_CNN, cifar_cnn
 
-__all__ = ["ZhengRun", "federated_mnist", "federated_cifar10", "first_round", "CIFAR_NORMALISATION",
+__all__ = ["ZhengRun", "federated_mnist", "cifar10_split", "federated_cifar10", "first_round", "CIFAR_NORMALISATION",
            "default_steps", "SETTINGS", "mnist_run", "cifar_run", "grid", "main"]
 
 #: The authors' CIFAR-10 normalisation (``transforms.Normalize``; details.md §1.4).
@@ -51,15 +51,23 @@ def federated_mnist(num_clients: int, seed: int, data_dir=None, *, shards: int =
     return FederatedDataset.from_partition(train_set, test_set, clients, tests)
 
 
-def federated_cifar10(num_clients: int, seed: int, data_dir=None, *, beta: float = 0.5, train_size: int = 500,
-                      test_size: int = 200):
-    """Zheng et al.'s non-IID CIFAR-10 (``prepare_cifar_non_iid``): q ~ Dir(β), 500 training images
-    per client from Multinomial(500, q) (independently per client: clients may share images), 200
-    test images from Multinomial(200, q). Returns (FederatedDataset, proportions q)."""
-    train_set, test_set = load_dataset("cifar10", "train", data_dir), load_dataset("cifar10", "test", data_dir)
+def cifar10_split(train_labels, test_labels, num_clients: int, seed: int, *, beta: float = 0.5,
+                  train_size: int = 500, test_size: int = 200):
+    """Zheng et al.'s non-IID CIFAR-10 split (``prepare_cifar_non_iid``), from the labels alone:
+    q ~ Dir(β) per client, 500 training images from Multinomial(500, q) (independently per client:
+    clients may share images), 200 test images from Multinomial(200, q). Clients are drawn one after
+    another, so the first k clients of a larger split are the k-client split.
+    Returns (train indices, test indices, proportions q)."""
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 2021, 1]))
-    clients, q = partition.dirichlet(train_set.y.numpy(), num_clients, beta, train_size, rng, return_proportions=True)
-    tests = partition.dirichlet_like(test_set.y.numpy(), q, test_size, rng)
+    clients, q = partition.dirichlet(np.asarray(train_labels), num_clients, beta, train_size, rng,
+                                     return_proportions=True)
+    return clients, partition.dirichlet_like(np.asarray(test_labels), q, test_size, rng), q
+
+
+def federated_cifar10(num_clients: int, seed: int, data_dir=None, **split) -> tuple:
+    """:func:`cifar10_split` on CIFAR-10 with the authors' normalisation: (FederatedDataset, q)."""
+    train_set, test_set = load_dataset("cifar10", "train", data_dir), load_dataset("cifar10", "test", data_dir)
+    clients, tests, q = cifar10_split(train_set.y.numpy(), test_set.y.numpy(), num_clients, seed, **split)
     return FederatedDataset.from_partition(train_set, test_set, clients, tests, normalisation=CIFAR_NORMALISATION), q
 
 

@@ -27,7 +27,7 @@ from dpfl.data.augment import crop_flip
 from dpfl.data.federated import FederatedDataset
 from dpfl.federated import server
 from dpfl.federated.evaluate import accuracy, shared_accuracy
-from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train
+from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train, put, take
 from dpfl.federated.sampling import FixedClients, PoissonClients, round_rng
 from dpfl.io import atomic_path
 from dpfl.models import Model
@@ -109,7 +109,7 @@ def train(model: Model, fd: FederatedDataset, cfg: RoundConfig, *, checkpoint: P
     state["opt"] = init_state(state["local"], cfg.local)
     if checkpoint is not None and Path(checkpoint).exists():
         state = torch.load(checkpoint, weights_only=False, map_location=device)
-        if state["metrics"] and _reached(cfg, state["metrics"][-1]):
+        if state["metrics"] and _reached(cfg, state["metrics"][-1]["acc_stored_local"]):
             return pd.DataFrame(state["metrics"])
     x_test, y_test, m_test = (t.to(device) for t in fd.test_batch(np.arange(K)))
     pool_x, pool_y = fd.test_x.to(device), fd.test_y.to(device)
@@ -130,22 +130,15 @@ def train(model: Model, fd: FederatedDataset, cfg: RoundConfig, *, checkpoint: P
             x = crop_flip(x, torch.Generator().manual_seed(int(rng.integers(2 ** 62))), fill=fd.black)
         x, y = x.to(device), y.to(device)
         idx = torch.as_tensor(selected, device=device)
-        params = {k: v[idx] for k, v in state["local"].items()}
-        opt = {k: ({n: t_[idx] for n, t_ in v.items()} if isinstance(v, dict) else v[idx])
-               for k, v in state["opt"].items()}
+        params, opt = take(state["local"], idx), take(state["opt"], idx)
         lr = cfg.local.lr * cfg.lr_gamma ** (state["epochs"][idx] // cfg.lr_step).double() if cfg.lr_step else None
         params, opt = local_train(model, cfg.local, params, opt, x, y,
                                   client_generators(cfg.seed, t, selected, device=device), lr, chunk=cfg.chunk)
         state["epochs"][idx] += 1
-        for k in state["local"]:
-            state["local"][k][idx] = params[k]
-        for k, v in opt.items():
-            if isinstance(v, dict):
-                for n in v:
-                    state["opt"][k][n][idx] = v[n]
-            else:
-                state["opt"][k][idx] = v
+        put(state["local"], idx, params)
+        put(state["opt"], idx, opt)
         state["stored_acc"][idx] = accuracy(model, params, x_test[idx], y_test[idx], m_test[idx], stacked=True)
+        done = _reached(cfg, float(state["stored_acc"].mean()))
         state["global"], state["local"] = server.elastic(state["global"], state["local"], selected,
                                                          cfg.alpha, cfg.eta)
         acc_global, loss_global = shared_accuracy(model, state["global"], pool_x, pool_y, pool_index, pool_mask,
@@ -157,7 +150,7 @@ def train(model: Model, fd: FederatedDataset, cfg: RoundConfig, *, checkpoint: P
             "acc_global": float(acc_global.mean()),
             "loss_global": float(loss_global.mean()),
             "acc_local_all": (float(accuracy(model, state["local"], x_test, y_test, m_test, stacked=True).mean())
-                              if t % cfg.eval_every == 0 or t == cfg.rounds else np.nan),
+                              if t % cfg.eval_every == 0 or t == cfg.rounds or done else np.nan),
             "lr_mean": float(lr.mean()) if lr is not None else cfg.local.lr,
             "mu_max": float(gdp.mu_dpsgd(sigma, cfg.batch_size, n_min, cfg.local_steps * t))
             if cfg.local.dp and sigma > 0 else np.inf if cfg.local.dp else 0.0,
@@ -167,7 +160,6 @@ def train(model: Model, fd: FederatedDataset, cfg: RoundConfig, *, checkpoint: P
         state["round"] = t
         bar.update(1)
         bar.set_postfix(acc=f"{row['acc_stored_local']:.3f}")
-        done = _reached(cfg, row)
         if checkpoint is not None and cfg.checkpoint_every and (t % cfg.checkpoint_every == 0 or done):
             with atomic_path(checkpoint) as tmp:
                 torch.save(state, tmp)
@@ -177,5 +169,6 @@ def train(model: Model, fd: FederatedDataset, cfg: RoundConfig, *, checkpoint: P
     return pd.DataFrame(state["metrics"])
 
 
-def _reached(cfg: RoundConfig, row: dict) -> bool:
-    return cfg.stop_at is not None and row["acc_stored_local"] >= cfg.stop_at
+def _reached(cfg: RoundConfig, stored_accuracy: float) -> bool:
+    """The stopping rule: the paper's metric has reached ``cfg.stop_at``."""
+    return cfg.stop_at is not None and stored_accuracy >= cfg.stop_at

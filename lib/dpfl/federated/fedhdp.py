@@ -30,7 +30,7 @@ from dpfl.accounting.accountant import Accountant, SampledGaussianEvent
 from dpfl.data.federated import FederatedDataset
 from dpfl.federated import server
 from dpfl.federated.evaluate import accuracy, shared_accuracy
-from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train
+from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train, put, take
 from dpfl.federated.personalize import ditto
 from dpfl.federated.sampling import FixedClients, PoissonClients, round_rng
 from dpfl.io import atomic_path
@@ -177,10 +177,9 @@ def train_fedhdp(model: Model, fd: FederatedDataset, groups, cfg: FedHDPConfig, 
                 continue
             pos = np.flatnonzero(groups[selected] == l)
             idx = torch.as_tensor(sel)
-            new = ditto(model, {k: v[idx] for k, v in personal.items()}, anchor, x[pos][:, :steps], y[pos][:, :steps],
+            new = ditto(model, take(personal, idx), anchor, x[pos][:, :steps], y[pos][:, :steps],
                         [gens[i] for i in pos], lam=cfg.lams[l], lr=cfg.personal_lr)
-            for k in personal:
-                personal[k][idx] = new[k]
+            put(personal, idx, new)
         acc_g_clients, loss_g_clients = shared_accuracy(model, global_, fd.test_x, fd.test_y,
                                                         *pool, with_loss=True)
         row["loss_g"] = float(loss_g_clients.mean())

@@ -20,7 +20,7 @@ from torch.func import grad, vmap
 from dpfl import checks
 from dpfl.models import Model, Tap
 
-__all__ = ["LocalConfig", "init_state", "local_train", "client_generators"]
+__all__ = ["LocalConfig", "init_state", "local_train", "client_generators", "take", "put"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,10 +150,11 @@ def _step(model, cfg):
     return vmap(one_client, in_dims=(0, 0, 0, 0, 0, 0, 0, None), randomness="error")
 
 
-def _slice(tree, sl):
+def take(tree, index):
+    """The clients ``index`` (a slice or index tensor) of a stacked tree (params, optimiser state)."""
     if isinstance(tree, dict):
-        return {k: _slice(v, sl) for k, v in tree.items()}
-    return tree[sl]
+        return {k: take(v, index) for k, v in tree.items()}
+    return tree[index]
 
 
 def _empty_like(tree):
@@ -162,12 +163,13 @@ def _empty_like(tree):
     return torch.empty_like(tree)
 
 
-def _assign(out, sl, tree):
+def put(out, index, tree):
+    """Write a stacked tree into the clients ``index`` of ``out``, in place (the inverse of :func:`take`)."""
     for k, v in tree.items():
         if isinstance(v, dict):
-            _assign(out[k], sl, v)
+            put(out[k], index, v)
         else:
-            out[k][sl] = v
+            out[k][index] = v
 
 
 def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y, generators: list,
@@ -209,7 +211,7 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
     for start in range(0, m, chunk):
         sl = slice(start, start + chunk)
         gens = generators[sl]
-        p, st = _slice(params, sl), _slice(state, sl)
+        p, st = take(params, sl), take(state, sl)
         for k in range(steps):
             masks = [model.masks(batch, g) for g in gens]
             masks = {} if masks[0] is None else {n: torch.stack([mk[n] for mk in masks]).to(device) for n in masks[0]}
@@ -217,6 +219,6 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
                       for n, sh in shapes.items()}
                      if cfg.dp else {n: torch.zeros(len(gens), device=device) for n in shapes})
             p, st = step_fn(p, st, x[sl, k], y[sl, k], masks, noise, lr[sl], anchor)
-        _assign(new_params, sl, p)
-        _assign(new_state, sl, st)
+        put(new_params, sl, p)
+        put(new_state, sl, st)
     return new_params, new_state
