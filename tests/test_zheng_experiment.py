@@ -66,6 +66,11 @@ def test_paper_grid_is_the_authors():
     assert rounds[("mnist", 0.25, 1.0, 16)] == 500 and rounds[("mnist", 0.25, 0.75, 16)] == 600
     assert rounds[("mnist", 1.0, 0.9, 16)] == 300 and rounds[("cifar10", 0.5, 0.5, 16)] == 1000
     assert {r.steps for r in runs if r.dataset == "mnist"} == {38, 76} and all(r.num_clients == 100 for r in runs)
+    # Table 2: B = 8 at p = 0.5 for every σ; quick compares B at p = 1, each B = 8 run with its B = 16 twin
+    assert sorted((r.p, r.sigma) for r in runs if r.batch_size == 8) == [(0.5, 0.75), (0.5, 0.9), (0.5, 1.0)]
+    quick = {(r.dataset, r.p, r.sigma, r.batch_size) for r in grid("quick")}
+    assert ("mnist", 1.0, 0.75, 8) in quick and ("mnist", 1.0, 0.75, 16) in quick
+    assert not any(B == 8 and p != 1.0 for _, p, _, B in quick)
 
 
 def test_grid_runner_fills_a_cache_within_its_budget(data_root, tmp_path, capsys):
