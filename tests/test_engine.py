@@ -68,7 +68,7 @@ def test_convergence_on_real_mnist_shards(mnist_shards):
         assert m["acc_stored_local"].iloc[-1] > min_local, name
         assert m["acc_global"].iloc[-1] > min_global, name
         if local.dp:
-            assert m["mu_max"].iloc[-1] == pytest.approx(float(gdp.mu_dpsgd(0.5, 32, 600, 36)))
+            assert m["mu_max_clt"].iloc[-1] == pytest.approx(float(gdp.clt_mu(0.5, 32, 600, 36)))
 
 
 def test_resume_is_exact_and_chunking_does_not_matter(mnist_shards, tmp_path):
@@ -220,13 +220,19 @@ def test_client_dp_learns_accounts_and_stops_at_the_budget():
     fd = FederatedDataset.from_partition(train_set, test_set, clients,
                                          partition.test_sets_like(train_set.y.numpy(), test_set.y.numpy(), clients, 50, rng))
     cfg = ClientDPConfig(rounds=5, batch_size=50, local_steps=10, sampler=FixedClients(30), noise_multiplier=1.0,
-                         local=LocalConfig(optimizer="sgd", lr=0.1), delta_budget=1e-3)
+                         local=LocalConfig(optimizer="sgd", lr=0.1), delta_budget=1e-3, stop_on="paper")
     m = train_client_dp(GEYER_MLP, fd, cfg, progress=False)
     assert m["acc_global"].iloc[-1] > 0.35                                # chance: 0.1
-    assert m["delta"].tolist() == pytest.approx([rdp.moments_accountant_delta(0.3, 1.0, t, 8.0) for t in range(1, 6)])
+    # Geyer's code's accounting (Poisson at q = m/K), and the guarantee of 30 of 100 without replacement
+    paper = [rdp.moments_accountant_delta(0.3, 1.0, t, 8.0) for t in range(1, 6)]
+    assert m["delta_paper"].tolist() == pytest.approx(paper)
+    assert (m["delta"] > m["delta_paper"]).all()
     tight = train_client_dp(GEYER_MLP, fd, ClientDPConfig(**{**cfg.__dict__, "rounds": 50, "delta_budget": 1e-12}),
                             progress=False)
-    assert tight["delta"].iloc[-1] > 1e-12 and (tight["delta"].iloc[:-1] <= 1e-12).all()
+    assert tight["delta_paper"].iloc[-1] > 1e-12 and (tight["delta_paper"].iloc[:-1] <= 1e-12).all()   # stop_on="paper"
+    safe = train_client_dp(GEYER_MLP, fd, ClientDPConfig(**{**cfg.__dict__, "rounds": 50, "stop_on": "guarantee"}),
+                           progress=False)
+    assert safe["delta"].iloc[-1] > 1e-3 and (safe["delta"].iloc[:-1] <= 1e-3).all() and len(safe) < len(m)
     with pytest.raises(ValueError, match="non-private"):
         ClientDPConfig(**{**cfg.__dict__, "local": LocalConfig(dp=True)})
 

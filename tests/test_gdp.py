@@ -16,19 +16,19 @@ ZHENG_MU = [
 
 
 @pytest.mark.parametrize("table, sigma, B, n, K, R, published", ZHENG_MU)
-def test_mu_dpsgd_reproduces_zheng_tables(table, sigma, B, n, K, R, published):
-    assert gdp.mu_dpsgd(sigma, B, n, K * R) == pytest.approx(published, abs=0.01)
+def test_clt_mu_reproduces_zheng_tables(table, sigma, B, n, K, R, published):
+    assert gdp.clt_mu(sigma, B, n, K * R) == pytest.approx(published, abs=0.01)
 
 
 def test_poisson_clt_does_not_reproduce_the_tables():
     """details.md §1.3: the Poisson CLT gives 2.08 instead of 2.71 — the tables use the WOR form."""
-    assert gdp.mu_dpsgd_poisson(1.0, 16 / 600, 38 * 93) == pytest.approx(2.08, abs=0.01)
+    assert gdp.clt_mu_poisson(1.0, 16 / 600, 38 * 93) == pytest.approx(2.08, abs=0.01)
 
 
 @pytest.mark.parametrize("sigma, q, steps", [(1.0, 0.01, 1000), (0.7, 0.05, 300), (2.0, 0.001, 10 ** 6)])
 def test_poisson_mu_and_epsilon_match_opacus(sigma, q, steps):
     ogdp = pytest.importorskip("opacus.accountants.analysis.gdp")
-    mu = gdp.mu_dpsgd_poisson(sigma, q, steps)
+    mu = gdp.clt_mu_poisson(sigma, q, steps)
     assert mu == pytest.approx(ogdp.compute_mu_poisson(steps=steps, noise_multiplier=sigma, sample_rate=q), rel=1e-12)
     eps_ref = ogdp.compute_eps_poisson(steps=steps, noise_multiplier=sigma, sample_rate=q, delta=1e-5)
     assert gdp.epsilon(mu, 1e-5) == pytest.approx(eps_ref, rel=1e-6)
@@ -44,21 +44,21 @@ def test_epsilon_inverts_delta_and_matches_details_table():
 
 def test_composition_and_federated_mu():
     assert gdp.compose(3.0, 4.0) == pytest.approx(5.0)
-    mu1 = gdp.mu_dpsgd(1.0, 16, 600, 38 * 50)
-    mu2 = gdp.mu_dpsgd(1.0, 16, 600, 38 * 50)
-    assert gdp.compose(mu1, mu2) == pytest.approx(gdp.mu_dpsgd(1.0, 16, 600, 38 * 100), rel=1e-12)
+    mu1 = gdp.clt_mu(1.0, 16, 600, 38 * 50)
+    mu2 = gdp.clt_mu(1.0, 16, 600, 38 * 50)
+    assert gdp.compose(mu1, mu2) == pytest.approx(gdp.clt_mu(1.0, 16, 600, 38 * 100), rel=1e-12)
     assert gdp.strong_federated_mu(2.0, 101) == pytest.approx(20.0)
 
 
 def test_monotone_in_sigma_and_steps():
     sig = np.linspace(0.3, 100, 200)
-    assert np.all(np.diff(gdp.mu_dpsgd(sig, 16, 600, 1000)) < 0)
-    assert np.all(np.diff(gdp.mu_dpsgd(1.0, 16, 600, np.arange(1, 10 ** 6, 1000))) > 0)
+    assert np.all(np.diff(gdp.clt_mu(sig, 16, 600, 1000)) < 0)
+    assert np.all(np.diff(gdp.clt_mu(1.0, 16, 600, np.arange(1, 10 ** 6, 1000))) > 0)
 
 
 @pytest.mark.parametrize("call, name", [
-    (lambda: gdp.mu_dpsgd(0.0, 16, 600, 10), "sigma"), (lambda: gdp.mu_dpsgd(1.0, 700, 600, 10), "batch_size"),
-    (lambda: gdp.mu_dpsgd(1.0, 16, 600, 0), "steps"), (lambda: gdp.mu_dpsgd_poisson(1.0, 1.5, 10), "q"),
+    (lambda: gdp.clt_mu(0.0, 16, 600, 10), "sigma"), (lambda: gdp.clt_mu(1.0, 700, 600, 10), "batch_size"),
+    (lambda: gdp.clt_mu(1.0, 16, 600, 0), "steps"), (lambda: gdp.clt_mu_poisson(1.0, 1.5, 10), "q"),
     (lambda: gdp.epsilon(1.0, 1.0), "delta"), (lambda: gdp.delta(1.0, -1.0), "eps"),
 ])
 def test_bad_input(call, name):

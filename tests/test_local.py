@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train
+from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train, step_noise
 from dpfl.models import CIFAR_CNN, GEYER_MLP, MNIST_CNN, get_model
 
 torch.set_num_threads(2)
@@ -26,7 +26,8 @@ def _reference(model, cfg, params, x, y, generator):
     steps, batch = y.shape
     for k in range(steps):
         masks = model.masks(batch, generator)
-        noise = {n: torch.randn(v.shape, generator=generator) for n, v in params.items()} if cfg.dp else None
+        noise = ({n: v[0] for n, v in step_noise({n: v.shape for n, v in params.items()}, [generator]).items()}
+                 if cfg.dp else None)
         opt.zero_grad()
         if cfg.dp:
             total = {n: torch.zeros_like(v) for n, v in params.items()}

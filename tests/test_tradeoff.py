@@ -113,7 +113,7 @@ def test_clt_versus_exact_composition_of_zheng_dpsgd(sigma, B, n, steps):
     f = tf.subsample(tf.gaussian(1 / sigma), B / n)
     lo = tf.epsilon(tf.compose_n(f, steps, h=1e-4, pessimistic=False), 1e-5)
     hi = tf.epsilon(tf.compose_n(f, steps, h=1e-4), 1e-5)
-    clt = gdp.epsilon(gdp.mu_dpsgd(sigma, B, n, steps), 1e-5)
+    clt = gdp.epsilon(gdp.clt_mu(sigma, B, n, steps), 1e-5)
     assert lo <= hi and hi - lo <= 2 * steps * 1e-4        # each side moves ≤ h per step
     # At these settings the CLT over-states the loss (δ = 1e-5; see the Zheng notebook for all 18).
     assert clt > hi

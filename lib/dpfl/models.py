@@ -86,8 +86,16 @@ def _init(g, convs=(), fcs=()):
     return p
 
 
-def _dropout_mask(shape, p, g):
-    return torch.bernoulli(torch.full(shape, 1 - p, device=g.device), generator=g) / (1 - p)
+def _dropout_masks(batch, g, **layers):
+    """Inverted-dropout masks for one batch, ``layers`` = {name: (shape per example, drop rate)}:
+    one uniform draw for all layers (one kernel launch per client and step, not two per layer),
+    split in the order given; an entry is kept (scaled by 1/(1 − rate)) where its uniform is < 1 − rate."""
+    sizes = [math.prod(shape) for shape, _ in layers.values()]
+    u = torch.rand((batch, sum(sizes)), generator=g, device=g.device)
+    out = {}
+    for (name, (shape, rate)), part in zip(layers.items(), u.split(sizes, dim=1)):
+        out[name] = (part < 1 - rate).reshape(batch, *shape).to(u.dtype) / (1 - rate)
+    return out
 
 
 # -- MnistCNN -------------------------------------------------------------------------------------
@@ -109,7 +117,7 @@ def _mnist_forward(p, x, masks=None, tap=None):
 
 
 def _mnist_masks(batch, g):
-    return {"drop1": _dropout_mask((batch, 64), 0.25, g), "drop2": _dropout_mask((batch, 128), 0.5, g)}
+    return _dropout_masks(batch, g, drop1=((64,), 0.25), drop2=((128,), 0.5))
 
 
 MNIST_CNN = Model("mnist_cnn", (1, 28, 28), _mnist_init, _mnist_forward, _mnist_masks, ("fc1", "fc2"))
@@ -193,7 +201,7 @@ def _femnist_forward(p, x, masks=None, tap=None):
 
 
 def _femnist_masks(batch, g):
-    return {"drop1": _dropout_mask((batch, 64, 5, 5), 0.25, g), "drop2": _dropout_mask((batch, 128), 0.5, g)}
+    return _dropout_masks(batch, g, drop1=((64, 5, 5), 0.25), drop2=((128,), 0.5))
 
 
 #: FedHDP's FEMNIST CNN (Table 6's structure: conv → pool → conv → pool → dropout → FC → dropout →

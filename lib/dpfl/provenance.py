@@ -29,24 +29,31 @@ def git_commit() -> str:
     return sha + ("+dirty" if dirty else "")
 
 
-def device_name() -> str:
-    """The accelerator if torch is already loaded and sees one, else the CPU."""
+def device_name(device=None) -> str:
+    """``device`` (or, if None, the accelerator when torch is loaded and sees one), named with its model."""
     torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available():
+    kind = str(device) if device is not None else None
+    if torch is not None and torch.cuda.is_available() and (kind is None or kind.startswith("cuda")):
         return f"cuda ({torch.cuda.get_device_name(0)})"
     return f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
 
 
-def provenance(**extra) -> dict:
-    """A JSON-able record of the environment a result was computed in, plus ``extra`` fields."""
+def provenance(*, device=None, **extra) -> dict:
+    """A JSON-able record of the environment a result was computed in, plus ``extra`` fields.
+    With ``device`` (where the result was computed), also what its numbers depend on there
+    (``dpfl.device.describe``: GPU model, SM count, CUDA/cuDNN versions, precision flags)."""
     record = {
         "package": "dpfl",
         "version": dpfl.__version__,
         "git_commit": git_commit(),
-        "device": device_name(),
+        "device": device_name(device),
         "python": platform.python_version(),
         "host": platform.node(),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
+    if device is not None:
+        from dpfl.device import describe
+
+        record["device_info"] = describe(device)
     record.update(extra)
     return record

@@ -81,19 +81,10 @@ def run_notebook(paper: str, *, profile: str, notebooks_dir="notebooks", figures
     (out_dir / (source.stem + ".failed.ipynb")).unlink(missing_ok=True)
     wall = time.perf_counter() - start
     record = provenance(paper=paper, notebook=str(source), profile=profile, seed=seed,
-                        device=_device_label(device), wall_time_s=round(wall, 1), **({"note": note} if note else {}))
+                        device=resolve_device(device), wall_time_s=round(wall, 1), **({"note": note} if note else {}))
     write_text(out_dir / "RUN.json", json.dumps(record, indent=2) + "\n")
     log(f"      done in {wall:.1f} s → {out_dir}")
     return record
-
-
-def _device_label(device: str) -> str:
-    resolved = resolve_device(device)
-    if resolved.startswith("cuda"):
-        import torch
-
-        return f"{resolved} ({torch.cuda.get_device_name(0)})"
-    return f"{resolved} ({os.cpu_count()} cores)"
 
 
 def main(argv=None) -> int:

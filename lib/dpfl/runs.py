@@ -137,8 +137,8 @@ def _compute(config) -> Result:
     start = time.perf_counter()
     value = config.compute()
     wall = time.perf_counter() - start
-    record = provenance(wall_time_s=round(wall, 4), seed=getattr(config, "seed", None),
-                        config_hash=config_hash(config))
+    record = provenance(device=getattr(config, "device", None), wall_time_s=round(wall, 4),
+                        seed=getattr(config, "seed", None), config_hash=config_hash(config))
     return Result(config, value, record, cached=False)
 
 

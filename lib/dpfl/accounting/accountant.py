@@ -6,7 +6,9 @@ subsample (rate q; ``"poisson"`` or ``"without_replacement"``). The accountant r
 ``(event, count)`` pairs and reports ε(δ), δ(ε) — and μ for the GDP method — under one method:
 
 * ``"rdp"`` / ``"rdp-classic"`` — RDP composed over the events, improved or classic conversion;
-* ``"gdp"`` — the CLT μ of Bu et al. / Zheng et al. (Poisson / without replacement);
+* ``"gdp-clt"`` — the central-limit μ of Bu et al. / Zheng et al. (Poisson / without replacement):
+  **an approximation, not a guarantee** (every report warns ``gdp.ApproximationWarning``; it can
+  understate ε by orders of magnitude at small T), kept because the papers report it;
 * ``"fdp"`` — exact numerical f-DP composition of C_q(G_{1/σ}) (``tradeoff.compose_n``).
 
 ``state_dict()`` / ``load_state_dict()`` make a run resumable.
@@ -21,9 +23,11 @@ import numpy as np
 from dpfl import checks
 from dpfl.accounting import gdp, rdp, tradeoff
 
-__all__ = ["GaussianEvent", "SampledGaussianEvent", "Accountant", "METHODS"]
+__all__ = ["GaussianEvent", "SampledGaussianEvent", "Accountant", "METHODS", "GUARANTEES"]
 
-METHODS = ("rdp", "rdp-classic", "gdp", "fdp")
+METHODS = ("rdp", "rdp-classic", "gdp-clt", "fdp")
+#: the methods whose ε(δ) is a guarantee (an upper bound on the true ε), not an approximation
+GUARANTEES = ("rdp", "rdp-classic", "fdp")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +73,9 @@ class Accountant:
         if not isinstance(event, tuple(_EVENT_TYPES.values())):
             raise ValueError(f"event must be one of {', '.join(_EVENT_TYPES)}; got {type(event).__name__}")
         count = checks.positive_int("count", count)
+        if self.method == "fdp" and isinstance(event, SampledGaussianEvent) and event.sampling != "without_replacement":
+            raise ValueError("the 'fdp' accountant composes C_q(G_{1/σ}): sampling without replacement, replace-one "
+                             f"neighbours; a {event.sampling!r} event needs method 'rdp'")
         if self.events and self.events[-1][0] == event:
             self.events[-1] = (event, self.events[-1][1] + count)
         else:
@@ -86,17 +93,17 @@ class Accountant:
         return total
 
     def mu(self) -> float:
-        """μ of the composition under the GDP CLT (method ``"gdp"`` only)."""
-        if self.method != "gdp":
-            raise ValueError(f"mu is defined for method 'gdp'; this accountant uses {self.method!r}")
+        """**Approximate** μ of the composition under the GDP CLT (method ``"gdp-clt"`` only)."""
+        if self.method != "gdp-clt":
+            raise ValueError(f"mu is defined for method 'gdp-clt'; this accountant uses {self.method!r}")
         mus = []
         for event, count in self.events:
             if isinstance(event, GaussianEvent):
                 mus.append(np.sqrt(count) / event.sigma)
             elif event.sampling == "poisson":
-                mus.append(gdp.mu_dpsgd_poisson(event.sigma, event.q, count))
+                mus.append(gdp.clt_mu_poisson(event.sigma, event.q, count))
             else:
-                mus.append(gdp.mu_dpsgd(event.sigma, event.q, 1.0, count))
+                mus.append(gdp.clt_mu(event.sigma, event.q, 1.0, count))
         return float(gdp.compose(*mus)) if mus else 0.0
 
     def tradeoff(self) -> tradeoff.TradeOff:
@@ -120,7 +127,7 @@ class Accountant:
             return 0.0
         if self.method.startswith("rdp"):
             return rdp.epsilon(self.rdp_curve(), self.orders, delta, self._conversion)
-        if self.method == "gdp":
+        if self.method == "gdp-clt":
             return float(gdp.epsilon(self.mu(), delta))
         return tradeoff.epsilon(self.tradeoff(), delta)
 
@@ -130,7 +137,7 @@ class Accountant:
             return 0.0
         if self.method.startswith("rdp"):
             return rdp.delta(self.rdp_curve(), self.orders, eps, self._conversion)
-        if self.method == "gdp":
+        if self.method == "gdp-clt":
             return float(gdp.delta(self.mu(), eps))
         return float(tradeoff.to_epsilon_delta(self.tradeoff(), eps))
 

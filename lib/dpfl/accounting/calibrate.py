@@ -11,7 +11,7 @@ import math
 from typing import Callable
 
 from dpfl import checks
-from dpfl.accounting.accountant import Accountant, SampledGaussianEvent
+from dpfl.accounting.accountant import GUARANTEES, Accountant, SampledGaussianEvent
 
 __all__ = ["smallest_sigma", "largest_steps", "dpsgd_sigma"]
 
@@ -42,16 +42,21 @@ def smallest_sigma(epsilon_of_sigma: Callable[[float], float], target_eps: float
 
 def largest_steps(epsilon_of_steps: Callable[[int], float], target_eps: float, *,
                   max_steps: int = 10 ** 9) -> int:
-    """Largest integer T ≥ 0 with ``epsilon_of_steps(T) ≤ target_eps`` (0 if even T = 1 fails)."""
+    """Largest integer T in [0, max_steps] with ``epsilon_of_steps(T) ≤ target_eps`` (0 if even T = 1 fails).
+
+    Every T returned has been evaluated and meets the target (``max_steps`` too: it is returned only
+    when it meets the target itself, never because the search ran into it)."""
     checks.positive("target_eps", target_eps)
+    max_steps = checks.positive_int("max_steps", max_steps)
     ok = lambda t: epsilon_of_steps(t) <= target_eps
     if not ok(1):
         return 0
-    lo, hi = 1, 2
-    while ok(hi):
+    if ok(max_steps):
+        return max_steps
+    lo, hi = 1, 2                       # invariant: ok(lo); the answer lies in [lo, max_steps)
+    while hi < max_steps and ok(hi):
         lo, hi = hi, hi * 2
-        if hi > max_steps:
-            return max_steps
+    hi = min(hi, max_steps)             # not ok(hi)
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
@@ -60,8 +65,15 @@ def largest_steps(epsilon_of_steps: Callable[[int], float], target_eps: float, *
 
 def dpsgd_sigma(eps: float, delta: float, q: float, steps: int, *, method: str = "rdp",
                 sampling: str = "poisson", rtol: float = 1e-6) -> float:
-    """Smallest noise multiplier for ``steps`` subsampled-Gaussian steps to be (ε, δ)-DP."""
+    """Smallest noise multiplier for ``steps`` subsampled-Gaussian steps to be (ε, δ)-DP, under an
+    accounting that is a guarantee (``Accountant``'s ``GUARANTEES``: "rdp", "rdp-classic", "fdp").
+
+    The GDP CLT ("gdp-clt") is refused: it is an approximation and can understate ε, so a σ
+    calibrated with it does not promise (ε, δ)-DP (``gdp.clt_mu`` gives the papers' value)."""
     checks.positive_int("steps", steps)
+    if method not in GUARANTEES:
+        raise ValueError(f"method must be one of {GUARANTEES} (accountings that bound ε); got {method!r}"
+                         + (": the GDP CLT is an approximation, not a guarantee" if method == "gdp-clt" else ""))
 
     def eps_of(sigma: float) -> float:
         acc = Accountant(method).compose(SampledGaussianEvent(sigma, q, sampling), steps)

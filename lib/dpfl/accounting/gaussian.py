@@ -62,7 +62,11 @@ def analytic_sigma(eps, delta, sensitivity=1.0) -> float:
     checks.in_range("delta", delta, 0, 1, lo_open=True, hi_open=True)
     checks.positive("sensitivity", sensitivity)
     # θ_ε(Δ/σ) decreases in σ: search on s = 1/σ, increasing.
-    s = solve_increasing(lambda s_: float(theta(eps, float(sensitivity) * s_)), float(delta), 1e-12, 1.0)
+    s = solve_increasing(lambda s_: float(theta(eps, float(sensitivity) * s_)), float(delta), 1e-12, 1.0,
+                         safe="below")
     if not math.isfinite(s):
         raise ValueError("no finite σ reaches this (eps, delta)")
-    return 1.0 / s
+    sigma = 1.0 / s
+    while float(theta(eps, float(sensitivity) / sigma)) > delta:    # 1/(1/σ) can round to the unsafe side
+        sigma = float(np.nextafter(sigma, math.inf))
+    return sigma

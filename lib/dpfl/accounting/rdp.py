@@ -97,8 +97,8 @@ def subsampled_gaussian(q, sigma, orders=None, sampling: str = "poisson"):
     """RDP per step of the subsampled Gaussian mechanism at the given orders.
 
     ``sampling="poisson"``: exact (Mironov, Talwar & Zhang 2019), add/remove-one neighbours.
-    ``sampling="without_replacement"``: upper bound (Wang, Balle & Kasiviswanathan 2019, Thm 9),
-    replace-one neighbours, batch of q·n records.
+    ``sampling="without_replacement"``: upper bound (Wang, Balle & Kasiviswanathan 2019, Thm 9,
+    capped by the un-subsampled Gaussian's RDP), replace-one neighbours, batch of q·n records.
     """
     checks.in_range("q", q, 0, 1, lo_open=True)
     checks.positive("sigma", sigma)
@@ -108,7 +108,10 @@ def subsampled_gaussian(q, sigma, orders=None, sampling: str = "poisson"):
     if q == 1.0:
         return gaussian(sigma, alpha)
     if sampling == "without_replacement":
-        return _wor_bound(q, sigma, alpha)
+        # Subsampling never costs privacy (joint quasi-convexity of the Rényi divergence), so the
+        # un-subsampled Gaussian caps Thm 9, which alone is not monotone in q (σ = 99.6: ε at
+        # q = 0.53 came out 12× ε at q = 1).
+        return np.minimum(_wor_bound(q, sigma, alpha), gaussian(sigma, alpha))
     out = np.empty_like(alpha)
     integer = alpha == np.round(alpha)
     if integer.any():

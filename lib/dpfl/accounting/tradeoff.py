@@ -42,6 +42,7 @@ class TradeOff:
     survival_q: Callable = dataclasses.field(repr=False)
     survival_p: Callable = dataclasses.field(repr=False)
     loss_range: tuple = dataclasses.field(repr=False)   # (ℓ_lo, ℓ_hi) holding all but ~1e-16 mass
+    log_survival_p: Callable | None = dataclasses.field(default=None, repr=False)   # log P(L > ℓ), if known
 
     def __call__(self, alpha):
         alpha = np.asarray(checks.in_range("alpha", alpha, 0, 1), dtype=float)
@@ -64,7 +65,8 @@ def gaussian(mu: float) -> TradeOff:
         lambda a: norm.cdf(norm.isf(a) - mu),
         lambda l: norm.cdf(mu / 2 - np.asarray(l, dtype=float) / mu),
         lambda l: norm.cdf(-mu / 2 - np.asarray(l, dtype=float) / mu),
-        _gaussian_range(mu))
+        _gaussian_range(mu),
+        lambda l: norm.logcdf(-mu / 2 - np.asarray(l, dtype=float) / mu))
 
 
 def identity() -> TradeOff:
@@ -117,9 +119,9 @@ def subsample(f: TradeOff, p: float) -> TradeOff:
         inv = _inverse(f_p, a, x_star)
         return np.where(a <= x_star, f_p(a), np.where(a <= y_star, x_star + y_star - a, inv))
 
-    def shifted(l):  # loss ℓ of C_p(f) ↔ loss of f: e^ℓ' = (e^|ℓ| − 1 + p)/p
-        l = np.asarray(l, dtype=float)
-        return np.log((np.expm1(np.abs(l)) + p) / p)
+    def shifted(l):  # loss ℓ of C_p(f) ↔ loss of f: e^ℓ' = (e^|ℓ| − 1 + p)/p, in log space (no overflow)
+        a = np.abs(np.asarray(l, dtype=float))
+        return a + np.log1p(-(1 - p) * np.exp(-a)) - math.log(p)
 
     def survival_q(l):
         l = np.asarray(l, dtype=float)
@@ -133,10 +135,23 @@ def subsample(f: TradeOff, p: float) -> TradeOff:
         neg = 1 - (p * f.survival_q(s) + (1 - p) * f.survival_p(s))
         return np.where(l >= 0, f.survival_p(s), neg)
 
+    def log_survival_p(l):
+        l = np.asarray(l, dtype=float)
+        with np.errstate(divide="ignore"):
+            return np.where(l >= 0, _log_survival_p(f, shifted(l)), np.log(survival_p(l)))
+
     lo, hi = f.loss_range
     bound = max(abs(lo), abs(hi))
-    span = math.log1p(p * math.expm1(min(bound, 700.0)))
-    return TradeOff(f"C_{p:g}({f.name})", fn, survival_q, survival_p, (-span, span))
+    span = bound + math.log(p + (1 - p) * math.exp(-bound))        # log(1 + p(e^bound − 1)), no overflow
+    return TradeOff(f"C_{p:g}({f.name})", fn, survival_q, survival_p, (-span, span), log_survival_p)
+
+
+def _log_survival_p(f: TradeOff, l):
+    """log P(L > ℓ): the trade-off's own log form where it has one (no underflow), else the log of P(L > ℓ)."""
+    if f.log_survival_p is not None:
+        return f.log_survival_p(l)
+    with np.errstate(divide="ignore"):
+        return np.log(f.survival_p(l))
 
 
 def federated_amplify(f: TradeOff, p: float) -> TradeOff:
@@ -169,11 +184,14 @@ def federated_amplify(f: TradeOff, p: float) -> TradeOff:
 
 def to_epsilon_delta(f: TradeOff, eps):
     """δ(ε) such that f-DP implies (ε, δ(ε))-DP: 1 + f*(−e^ε) = Q(L > ε) − e^ε P(L > ε)
-    (Dong, Roth & Su 2019, Prop. 2.12). Exact for the tightest (ε, δ) pairs of f."""
+    (Dong, Roth & Su 2019, Prop. 2.12). Exact for the tightest (ε, δ) pairs of f.
+    Computed as Q(L > ε) − exp(ε + log P(L > ε)), so that e^ε never overflows (ε > 709.78)."""
     eps = np.asarray(checks.nonnegative("eps", eps), dtype=float)
     with np.errstate(over="ignore", invalid="ignore"):
-        out = f.survival_q(eps) - np.exp(eps) * f.survival_p(eps)
-    out = np.clip(np.nan_to_num(out, nan=0.0), 0.0, 1.0)
+        out = f.survival_q(eps) - np.exp(eps + _log_survival_p(f, eps))
+    if np.isnan(out).any():
+        raise FloatingPointError(f"δ(ε) of {f.name} is undefined at ε = {eps[np.isnan(out)].ravel()[:3]}")
+    out = np.clip(out, 0.0, 1.0)
     return out[()] if out.ndim == 0 else out
 
 

@@ -59,6 +59,13 @@ class FederatedDataset:
         return cls(train.to_float(normalisation), train.y, test.to_float(normalisation), test.y, list(clients),
                    list(test_clients), train.source, black)
 
+    def to(self, device) -> "FederatedDataset":
+        """The same dataset with its image and label tensors on ``device`` (moved once; each round then
+        ships only the batch indices, and :meth:`batches` gathers there)."""
+        moved = lambda t: None if t is None else t.to(device)
+        return FederatedDataset(moved(self.train_x), moved(self.train_y), moved(self.test_x), moved(self.test_y),
+                                self.clients, self.test_clients, self.source, moved(self.black))
+
     @property
     def num_clients(self) -> int:
         return len(self.clients)
@@ -108,17 +115,18 @@ class FederatedDataset:
             pos = np.argsort(~take, axis=-1, kind="stable")[..., :width]
             mask = np.take_along_axis(take, pos, axis=-1)
         index = np.take_along_axis(np.broadcast_to(table[:, None, :], (ids.size, steps, n_max)), pos, axis=-1)
-        flat = torch.from_numpy(index.reshape(-1))
+        flat = torch.from_numpy(index.reshape(-1)).to(self.train_x.device)
         x = self.train_x[flat].reshape(*index.shape, *self.train_x.shape[1:])
         y = self.train_y[flat].reshape(index.shape)
-        return x, y, torch.from_numpy(mask)
+        return x, y, torch.from_numpy(mask).to(self.train_x.device)
 
     def test_index(self, client_ids):
         """Each client's test indices into ``test_x``, padded: (index (m, n_max), mask (m, n_max))."""
         ids = np.asarray(client_ids, dtype=np.int64)
         sizes = self._test_sizes[ids]
         table = self._test_table[ids][:, :max(int(sizes.max()), 1)]
-        return torch.from_numpy(table), torch.from_numpy(np.arange(table.shape[1])[None, :] < sizes[:, None])
+        mask = np.arange(table.shape[1])[None, :] < sizes[:, None]
+        return torch.from_numpy(table).to(self.test_x.device), torch.from_numpy(mask).to(self.test_x.device)
 
     def test_batch(self, client_ids):
         """Every test example of each client, padded: (x (m, n_max, …), y (m, n_max), mask)."""
@@ -126,6 +134,6 @@ class FederatedDataset:
         sizes = self._test_sizes[ids]
         table = self._test_table[ids][:, :max(int(sizes.max()), 1)]
         mask = np.arange(table.shape[1])[None, :] < sizes[:, None]
-        flat = torch.from_numpy(table.reshape(-1))
+        flat = torch.from_numpy(table.reshape(-1)).to(self.test_x.device)
         x = self.test_x[flat].reshape(*table.shape, *self.test_x.shape[1:])
-        return x, self.test_y[flat].reshape(table.shape), torch.from_numpy(mask)
+        return x, self.test_y[flat].reshape(table.shape), torch.from_numpy(mask).to(self.test_x.device)

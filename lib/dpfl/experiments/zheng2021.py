@@ -84,11 +84,13 @@ class ZhengRun:
     ``dataset``: "mnist" or "cifar10"; ``p``: client sampling rate; ``sigma``: Zheng's σ (noise
     std 2σC on the sum of clipped gradients; None: non-private); ``batch_size`` B and
     ``local_steps`` K (default ⌈n/B⌉, 76 for MNIST B=8); ``rounds``: the most rounds;
-    ``stop_at``: stop once the paper's metric reaches it. ``data_dir``/``checkpoint_dir``/``progress``
-    say where things are, not what is computed, and stay out of the config hash.
+    ``stop_at``: stop once the paper's metric reaches it. ``device``/``data_dir``/``checkpoint_dir``/``progress``
+    say where things are, not what is computed, and stay out of the config hash: a result computed on a
+    GPU is read on a CPU machine, its device recorded in the provenance.
     """
 
-    code_version: ClassVar[int] = 1
+    #: 2: one noise draw and one dropout draw per client and step (other random streams than 1)
+    code_version: ClassVar[int] = 2
 
     dataset: str
     p: float
@@ -103,7 +105,7 @@ class ZhengRun:
     augment: bool = True
     eval_every: int = 1
     seed: int = 0
-    device: str = "cpu"
+    device: str = dataclasses.field(default="cpu", metadata={"hash": False})
     data_dir: str | None = dataclasses.field(default=None, metadata={"hash": False})
     checkpoint_dir: str | None = dataclasses.field(default=None, metadata={"hash": False})
     progress: bool = dataclasses.field(default=True, metadata={"hash": False})
@@ -128,7 +130,7 @@ class ZhengRun:
 
     def mu(self, rounds: int) -> float:
         """Theorem 2's μ_max after ``rounds`` rounds (the CLT of C_{B/n}(G_{1/σ})^{⊗KR})."""
-        return float(gdp.mu_dpsgd(self.sigma, self.batch_size, self.n, self.steps * rounds)) if self.sigma else math.inf
+        return float(gdp.clt_mu(self.sigma, self.batch_size, self.n, self.steps * rounds)) if self.sigma else math.inf
 
     def federated_data(self) -> FederatedDataset:
         if self.dataset == "mnist":
@@ -242,7 +244,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     cache = runs.Cache(args.cache)
     todo = [c for c in grid(args.profile, seed=args.seed, device=resolve_device(args.device),
-                            data_dir=str(args.data_dir), checkpoint_dir=str(Path(args.cache) / "checkpoints"))
+                            data_dir=args.data_dir, checkpoint_dir=str(Path(args.cache) / "checkpoints"))
             if cache.load(c) is None]
     print(f"{args.profile}: {len(todo)} run(s) missing from {args.cache}", flush=True)
     start = time.perf_counter()

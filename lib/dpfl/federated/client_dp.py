@@ -19,12 +19,13 @@ import pandas as pd
 import torch
 
 from dpfl import checks
+from dpfl.accounting.accountant import Accountant, SampledGaussianEvent
 from dpfl.data.federated import FederatedDataset
+from dpfl.federated import checkpoint as checkpoints
 from dpfl.federated import server
 from dpfl.federated.evaluate import shared_accuracy
 from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train
 from dpfl.federated.sampling import FixedClients, PoissonClients, round_rng
-from dpfl.io import atomic_path
 from dpfl.models import Model
 
 __all__ = ["ClientDPConfig", "train_client_dp", "spread"]
@@ -41,9 +42,12 @@ class ClientDPConfig:
     update of a whole-model bound toward the ``target_quantile`` of the norms from a noised count
     (std ``count_noise_std``), starting at ``clip_init``, with the update's noise multiplier reduced
     so that update and count together have multiplier ``noise_multiplier``. The mean gets
-    N(0, (z·S)²)/m per layer (or for the whole model). Privacy: Abadi's moments accountant at
-    ``target_eps`` with q = m/K (Geyer's code accounts ``accumulations_per_round`` mechanisms per round:
-    3, one per weight matrix); the run stops once δ exceeds ``delta_budget``.
+    N(0, (z·S)²)/m per layer (or for the whole model). Privacy at ``target_eps``, each round with its
+    own q_t (Geyer's code accounts ``accumulations_per_round`` mechanisms per round: 3, one per weight
+    matrix): ``delta`` is a guarantee, RDP of the event the sampler implies (``sampler.event``: m_t of K
+    without replacement is replace-one, multiplier z/2); ``delta_paper`` is Geyer's code's moments
+    accountant (Poisson at q_t = m_t/K, multiplier z). The run stops once the δ of ``stop_on``
+    ("guarantee" or "paper", to reproduce the paper's number of rounds) exceeds ``delta_budget``.
 
     Local training: ``batch_sampling="shuffle"`` runs epochs over a random permutation (Geyer: the
     client's data split into b batches, E epochs: ``local_steps`` = E·b, ``batch_size`` = n/b);
@@ -71,9 +75,11 @@ class ClientDPConfig:
     seed: int = 0
     chunk: int | None = None
     checkpoint_every: int = 0
+    stop_on: str = "guarantee"
 
     def __post_init__(self):
         checks.positive_int("rounds", self.rounds)
+        checks.one_of("stop_on", self.stop_on, ("guarantee", "paper"))
         checks.nonnegative("noise_multiplier", self.noise_multiplier)
         if self.clip not in ("median", "adaptive"):
             checks.positive("clip", self.clip)
@@ -110,8 +116,6 @@ def train_client_dp(model: Model, fd: FederatedDataset, cfg: ClientDPConfig, *, 
     every client's test set, δ spent at ``target_eps``, clip bound, mean update norm, V_c, U_s).
     With ``checkpoint``, state is saved every ``cfg.checkpoint_every`` rounds and a run finding a
     checkpoint resumes from it (bit-identical on a CPU)."""
-    from dpfl.accounting import rdp
-
     K = fd.num_clients
     global_ = model.init(torch.Generator().manual_seed(int(cfg.seed)))
     pool = fd.test_index(np.arange(K))
@@ -121,20 +125,25 @@ def train_client_dp(model: Model, fd: FederatedDataset, cfg: ClientDPConfig, *, 
     adaptive_bound = cfg.clip_init
     rows = []
     first = 1
-    if checkpoint is not None and Path(checkpoint).exists():
-        saved = torch.load(checkpoint, weights_only=False)
+    # Two accountings, named: the guarantee (RDP of the sampler's own event, each round at its own
+    # q_t) and Geyer's code's (Abadi's moments accountant: Poisson at q_t = m_t/K, multiplier z,
+    # integer orders 2…33, classic conversion) — they differ when m of K are drawn without replacement.
+    accountant = Accountant("rdp")
+    paper = Accountant("rdp-classic", orders=np.arange(2, 34))
+    key = checkpoints.run_key(model, fd, cfg)
+    saved = checkpoints.load(checkpoint, key)
+    if saved is not None:
         global_, adaptive_bound, rows, first = saved["global"], saved["bound"], saved["rows"], saved["round"] + 1
-        if cfg.delta_budget is not None and rows and rows[-1]["delta"] > cfg.delta_budget:
+        accountant.load_state_dict(saved["accountant"])
+        paper.load_state_dict(saved["paper_accountant"])
+        if rows and _over_budget(cfg, rows[-1]):
             return pd.DataFrame(rows)
     from tqdm.auto import tqdm
 
     for t in tqdm(range(first, cfg.rounds + 1), disable=not progress, desc="rounds", leave=False):
         start = time.perf_counter()
         rng = round_rng(cfg.seed, t)
-        if isinstance(cfg.sampler, FixedClients):
-            selected, q = cfg.sampler.sample(K, rng, t - 1), cfg.sampler.size(t - 1) / K
-        else:
-            selected, q = cfg.sampler.sample(K, rng), cfg.sampler.p
+        selected, q = cfg.sampler.sample(K, rng, t - 1), cfg.sampler.rate(K, t - 1)
         x, y, _ = fd.batches(selected, cfg.batch_size, cfg.local_steps, rng, sampling=cfg.batch_sampling)
         m = selected.size
         lr = cfg.local.lr * (cfg.lr_decay[0] ** ((t - 1) * cfg.local_steps / cfg.lr_decay[1]) if cfg.lr_decay else 1.0)
@@ -157,19 +166,29 @@ def train_client_dp(model: Model, fd: FederatedDataset, cfg: ClientDPConfig, *, 
                                                      lr=cfg.clip_lr, count_noise_std=cfg.count_noise_std,
                                                      generator=noise_gen)
         global_ = {k: global_[k] + step[k] for k in global_}
-        delta = (rdp.moments_accountant_delta(q, cfg.noise_multiplier, t * cfg.accumulations_per_round, cfg.target_eps)
-                 if cfg.noise_multiplier > 0 else 1.0)
+        if cfg.noise_multiplier > 0:
+            accountant.compose(cfg.sampler.event(cfg.noise_multiplier, K, t - 1), cfg.accumulations_per_round)
+            paper.compose(SampledGaussianEvent(cfg.noise_multiplier, q, "poisson"), cfg.accumulations_per_round)
+            delta, delta_paper = accountant.delta(cfg.target_eps), paper.delta(cfg.target_eps)
+        else:
+            delta = delta_paper = 1.0
         mean_norm = (float(torch.stack(list(norms.values())).mean()) if isinstance(norms, dict) else float(norms.mean()))
         acc, loss = shared_accuracy(model, global_, fd.test_x, fd.test_y, *pool, with_loss=True)
         rows.append({"round": t, "clients": int(m), "q": q, "lr": lr,
                      "acc_global": float(acc.mean()), "loss_global": float(loss.mean()),
-                     "delta": delta, "mean_update_norm": mean_norm,
+                     "delta": delta, "delta_paper": delta_paper, "mean_update_norm": mean_norm,
                      "clip_bound": (float(np.mean(list(bound.values()))) if isinstance(bound, dict) else float(bound)),
                      "V_c": v_c, "U_s": u_s, "seconds": time.perf_counter() - start})
-        over = cfg.delta_budget is not None and delta > cfg.delta_budget
+        over = _over_budget(cfg, rows[-1])
         if checkpoint is not None and cfg.checkpoint_every and (t % cfg.checkpoint_every == 0 or over):
-            with atomic_path(checkpoint) as tmp:
-                torch.save({"round": t, "global": global_, "bound": adaptive_bound, "rows": rows}, tmp)
+            checkpoints.save(checkpoint, key, {"round": t, "global": global_, "bound": adaptive_bound, "rows": rows,
+                                               "accountant": accountant.state_dict(),
+                                               "paper_accountant": paper.state_dict()})
         if over:
             break            # Geyer's code returns this model: the first whose δ exceeds the budget
     return pd.DataFrame(rows)
+
+
+def _over_budget(cfg: ClientDPConfig, row: dict) -> bool:
+    """The stopping rule: δ of ``cfg.stop_on``'s accounting has exceeded ``cfg.delta_budget``."""
+    return cfg.delta_budget is not None and row["delta" if cfg.stop_on == "guarantee" else "delta_paper"] > cfg.delta_budget

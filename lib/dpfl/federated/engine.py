@@ -22,14 +22,15 @@ import pandas as pd
 import torch
 
 from dpfl import checks
-from dpfl.accounting import gdp
+from dpfl.accounting.accountant import Accountant
 from dpfl.data.augment import crop_flip
 from dpfl.data.federated import FederatedDataset
+from dpfl.device import configure
+from dpfl.federated import checkpoint as checkpoints
 from dpfl.federated import server
 from dpfl.federated.evaluate import accuracy, shared_accuracy
 from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train, put, take
-from dpfl.federated.sampling import FixedClients, PoissonClients, round_rng
-from dpfl.io import atomic_path
+from dpfl.federated.sampling import FixedClients, PoissonClients, batch_event, round_rng
 from dpfl.models import Model
 
 __all__ = ["RoundConfig", "train"]
@@ -81,13 +82,17 @@ def train(model: Model, fd: FederatedDataset, cfg: RoundConfig, *, checkpoint: P
     """Run ``cfg.rounds`` rounds (or until ``cfg.stop_at``); one metrics row per round (a tidy DataFrame):
     ``acc_stored_local`` (the paper's metric), ``acc_global``/``loss_global`` (the global model on every
     client's test set), ``acc_local_all`` (every client's own model, every ``eval_every`` rounds),
-    ``mu_max`` (Theorem 2), the mean learning rate and the round's wall time.
+    ``mu_max_clt`` (Theorem 2's μ_max: the GDP central-limit **approximation** the paper reports, from
+    the accounting event of the batch sampler, ``sampling.batch_event``), the mean learning rate and
+    the round's wall time.
 
-    With ``checkpoint`` set, state is saved there every ``cfg.checkpoint_every`` rounds and a run
-    finding a checkpoint resumes from it. ``device``: where models, batches and noise live ("cuda"
+    With ``checkpoint`` set, state (with the accountant's events) is saved there every
+    ``cfg.checkpoint_every`` rounds and a run finding a checkpoint resumes from it; a checkpoint of
+    another configuration is refused (``dpfl.federated.checkpoint``). ``device``: where models, batches and noise live ("cuda"
     trains every sampled client in one vmapped call; a CPU run and a GPU run draw different noise).
     """
     K = fd.num_clients
+    private = cfg.local.dp and cfg.local.noise_multiplier > 0
     if tuple(fd.train_x.shape[1:]) != tuple(model.input_shape):
         raise ValueError(f"data of shape {tuple(fd.train_x.shape[1:])} do not fit {model.name} "
                          f"(expects {tuple(model.input_shape)})")
@@ -97,6 +102,8 @@ def train(model: Model, fd: FederatedDataset, cfg: RoundConfig, *, checkpoint: P
     if isinstance(cfg.sampler, FixedClients) and cfg.sampler.m > K:
         raise ValueError(f"m = {cfg.sampler.m} exceeds the number of clients K = {K}")
 
+    configure(device)
+    fd = fd.to(device)                              # once: each round ships only batch indices
     init = {k: v.to(device) for k, v in model.init(torch.Generator().manual_seed(int(cfg.seed))).items()}
     state = {
         "round": 0,
@@ -107,15 +114,20 @@ def train(model: Model, fd: FederatedDataset, cfg: RoundConfig, *, checkpoint: P
         "metrics": [],
     }
     state["opt"] = init_state(state["local"], cfg.local)
-    if checkpoint is not None and Path(checkpoint).exists():
-        state = torch.load(checkpoint, weights_only=False, map_location=device)
+    n_min = int(fd.client_sizes.min())
+    # Zheng's μ_max: the CLT of the busiest client's steps (the smallest client has the largest B/n)
+    event = batch_event(cfg.local.noise_multiplier, cfg.batch_size, n_min) if private else None
+    accountant = Accountant("gdp-clt")
+    key = checkpoints.run_key(model, fd, cfg)
+    saved = checkpoints.load(checkpoint, key, device)
+    if saved is not None:
+        state = saved
+        accountant.load_state_dict(state["accountant"])
         if state["metrics"] and _reached(cfg, state["metrics"][-1]["acc_stored_local"]):
             return pd.DataFrame(state["metrics"])
-    x_test, y_test, m_test = (t.to(device) for t in fd.test_batch(np.arange(K)))
-    pool_x, pool_y = fd.test_x.to(device), fd.test_y.to(device)
-    pool_index, pool_mask = (t.to(device) for t in fd.test_index(np.arange(K)))
-    n_min = int(fd.client_sizes.min())
-    sigma = cfg.local.noise_multiplier / 2          # Zheng's σ: noise std 2σC on the sum (z = 2σ)
+    x_test, y_test, m_test = fd.test_batch(np.arange(K))
+    pool_x, pool_y = fd.test_x, fd.test_y
+    pool_index, pool_mask = fd.test_index(np.arange(K))
 
     from tqdm.auto import tqdm
 
@@ -123,12 +135,10 @@ def train(model: Model, fd: FederatedDataset, cfg: RoundConfig, *, checkpoint: P
     for t in range(state["round"] + 1, cfg.rounds + 1):
         start = time.perf_counter()
         rng = round_rng(cfg.seed, t)
-        selected = (cfg.sampler.sample(K, rng) if isinstance(cfg.sampler, PoissonClients)
-                    else cfg.sampler.sample(K, rng, t - 1))
+        selected = cfg.sampler.sample(K, rng, t - 1)
         x, y, _ = fd.batches(selected, cfg.batch_size, cfg.local_steps, rng)
-        if cfg.augment:
+        if cfg.augment:                             # offsets from a CPU generator: the same crops on every device
             x = crop_flip(x, torch.Generator().manual_seed(int(rng.integers(2 ** 62))), fill=fd.black)
-        x, y = x.to(device), y.to(device)
         idx = torch.as_tensor(selected, device=device)
         params, opt = take(state["local"], idx), take(state["opt"], idx)
         lr = cfg.local.lr * cfg.lr_gamma ** (state["epochs"][idx] // cfg.lr_step).double() if cfg.lr_step else None
@@ -152,17 +162,17 @@ def train(model: Model, fd: FederatedDataset, cfg: RoundConfig, *, checkpoint: P
             "acc_local_all": (float(accuracy(model, state["local"], x_test, y_test, m_test, stacked=True).mean())
                               if t % cfg.eval_every == 0 or t == cfg.rounds or done else np.nan),
             "lr_mean": float(lr.mean()) if lr is not None else cfg.local.lr,
-            "mu_max": float(gdp.mu_dpsgd(sigma, cfg.batch_size, n_min, cfg.local_steps * t))
-            if cfg.local.dp and sigma > 0 else np.inf if cfg.local.dp else 0.0,
+            "mu_max_clt": (float(accountant.compose(event, cfg.local_steps).mu()) if private
+                           else np.inf if cfg.local.dp else 0.0),
             "seconds": time.perf_counter() - start,
         }
         state["metrics"].append(row)
         state["round"] = t
         bar.update(1)
         bar.set_postfix(acc=f"{row['acc_stored_local']:.3f}")
+        state["accountant"] = accountant.state_dict()
         if checkpoint is not None and cfg.checkpoint_every and (t % cfg.checkpoint_every == 0 or done):
-            with atomic_path(checkpoint) as tmp:
-                torch.save(state, tmp)
+            checkpoints.save(checkpoint, key, state)
         if done:
             break
     bar.close()

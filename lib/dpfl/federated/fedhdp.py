@@ -26,14 +26,14 @@ import pandas as pd
 import torch
 
 from dpfl import checks
-from dpfl.accounting.accountant import Accountant, SampledGaussianEvent
+from dpfl.accounting.accountant import Accountant
 from dpfl.data.federated import FederatedDataset
+from dpfl.federated import checkpoint as checkpoints
 from dpfl.federated import server
 from dpfl.federated.evaluate import accuracy, shared_accuracy
 from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train, put, take
 from dpfl.federated.personalize import ditto
 from dpfl.federated.sampling import FixedClients, PoissonClients, round_rng
-from dpfl.io import atomic_path
 from dpfl.models import Model
 
 __all__ = ["FedHDPConfig", "train_fedhdp"]
@@ -86,10 +86,6 @@ class FedHDPConfig:
             raise ValueError(f"lr_decay must be (factor, every_rounds); got {self.lr_decay!r}")
 
 
-def _participation(sampler, K: int) -> float:
-    return sampler.p if isinstance(sampler, PoissonClients) else sampler.m / K
-
-
 def train_fedhdp(model: Model, fd: FederatedDataset, groups, cfg: FedHDPConfig, *, server_test=None,
                  checkpoint: Path | None = None, progress: bool = True) -> pd.DataFrame:
     """Run FedHDP; ``groups``: each client's privacy group (0, 1, …); ``server_test``: (x, y) of
@@ -104,9 +100,7 @@ def train_fedhdp(model: Model, fd: FederatedDataset, groups, cfg: FedHDPConfig, 
     if (fd.client_sizes < cfg.batch_size).any():
         raise ValueError(f"batch_size {cfg.batch_size} exceeds the data of some clients "
                          f"(smallest has {int(fd.client_sizes.min())})")
-    rate = _participation(cfg.sampler, K)
-    sampling = "poisson" if isinstance(cfg.sampler, PoissonClients) else "without_replacement"
-    expected = [rate * int((groups == l).sum()) for l in range(L)]
+    expected = [cfg.sampler.rate(K) * int((groups == l).sum()) for l in range(L)]
     count_std = [cfg.count_noise_frac * max(e, 1e-9) for e in expected]
     z_update = [server.effective_noise_multiplier(z, s) if z > 0 else 0.0
                 for z, s in zip(cfg.noise_multipliers, count_std)]
@@ -123,8 +117,11 @@ def train_fedhdp(model: Model, fd: FederatedDataset, groups, cfg: FedHDPConfig, 
         server_x, server_y = server_test
     rows = []
     first = 1
-    if checkpoint is not None and Path(checkpoint).exists():
-        saved = torch.load(checkpoint, weights_only=False)
+    key = checkpoints.run_key(model, fd, cfg)
+    saved = checkpoints.load(checkpoint, key)
+    if saved is not None:
+        if not np.array_equal(saved["groups"], groups):
+            raise ValueError(f"checkpoint {checkpoint} was written with other privacy groups")
         global_, personal, bounds, rows, first = (saved["global"], saved["personal"], saved["bounds"], saved["rows"],
                                                   saved["round"] + 1)
         for acc, state in zip(accountants, saved["accountants"]):
@@ -135,8 +132,7 @@ def train_fedhdp(model: Model, fd: FederatedDataset, groups, cfg: FedHDPConfig, 
     for t in tqdm(range(first, cfg.rounds + 1), disable=not progress, desc="rounds", leave=False):
         start = time.perf_counter()
         rng = round_rng(cfg.seed, t)
-        selected = (cfg.sampler.sample(K, rng) if isinstance(cfg.sampler, PoissonClients)
-                    else cfg.sampler.sample(K, rng, t - 1))
+        selected = cfg.sampler.sample(K, rng, t - 1)
         m = selected.size
         x, y, _ = fd.batches(selected, cfg.batch_size, cfg.local_steps, rng)
         lr = cfg.local.lr * (cfg.lr_decay[0] ** ((t - 1) // cfg.lr_decay[1]) if cfg.lr_decay else 1.0)
@@ -192,7 +188,7 @@ def train_fedhdp(model: Model, fd: FederatedDataset, groups, cfg: FedHDPConfig, 
             row[f"acc_g_{l}"] = float(acc_g_clients[members].mean())
             row[f"acc_l_{l}"] = float(acc_l_clients[members].mean()) if evaluate_personal else np.nan
             if accountants[l] is not None:
-                accountants[l].compose(SampledGaussianEvent(cfg.noise_multipliers[l], rate, sampling))
+                accountants[l].compose(cfg.sampler.event(cfg.noise_multipliers[l], K, t - 1))
                 row[f"eps_{l}"] = accountants[l].epsilon(cfg.delta)
         if L >= 2:
             row["delta_g"] = row["acc_g_0"] - row["acc_g_1"]
@@ -200,7 +196,8 @@ def train_fedhdp(model: Model, fd: FederatedDataset, groups, cfg: FedHDPConfig, 
         row["seconds"] = time.perf_counter() - start
         rows.append(row)
         if checkpoint is not None and cfg.checkpoint_every and t % cfg.checkpoint_every == 0:
-            with atomic_path(checkpoint) as tmp:
-                torch.save({"round": t, "global": global_, "personal": personal, "bounds": bounds, "rows": rows,
-                            "accountants": [a.state_dict() if a is not None else None for a in accountants]}, tmp)
+            checkpoints.save(checkpoint, key, {"round": t, "global": global_, "personal": personal, "bounds": bounds,
+                                               "rows": rows, "groups": groups,
+                                               "accountants": [a.state_dict() if a is not None else None
+                                                               for a in accountants]})
     return pd.DataFrame(rows)

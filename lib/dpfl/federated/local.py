@@ -13,6 +13,7 @@ fixed order, so results do not depend on the chunk size.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 from torch.func import grad, vmap
@@ -20,7 +21,7 @@ from torch.func import grad, vmap
 from dpfl import checks
 from dpfl.models import Model, Tap
 
-__all__ = ["LocalConfig", "init_state", "local_train", "client_generators", "take", "put"]
+__all__ = ["LocalConfig", "init_state", "local_train", "client_generators", "step_noise", "take", "put"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +60,17 @@ def client_generators(root_seed: int, round_: int, client_ids, device="cpu") -> 
         g.manual_seed(hash((int(root_seed), int(round_), int(c))) & 0x7FFF_FFFF_FFFF_FFFF)
         gens.append(g)
     return gens
+
+
+def step_noise(shapes: dict, generators: list) -> dict:
+    """Standard normal noise for one DP-SGD step of each client: {name: (m, *shape)}.
+
+    Client c's noise is one draw of Σ|shape| values from ``generators[c]``, split into the
+    parameters in the order of ``shapes`` — one kernel launch per client and step, and each
+    client's stream does not depend on which other clients share the call (chunk-independence)."""
+    sizes = [math.prod(sh) for sh in shapes.values()]
+    flat = torch.stack([torch.randn(sum(sizes), generator=g, device=g.device) for g in generators])
+    return {n: part.reshape(len(generators), *sh) for (n, sh), part in zip(shapes.items(), flat.split(sizes, dim=1))}
 
 
 def init_state(params: dict, cfg: LocalConfig) -> dict:
@@ -194,6 +206,11 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
                          f"{tuple(model.input_shape)}")
     first = next(iter(params.values()))
     dtype, device = first.dtype, first.device
+    stray = {str(g.device) for g in generators if g.device.type != device.type}
+    if stray:
+        raise ValueError(f"generators on {sorted(stray)} for parameters on {device}: pass "
+                         f"client_generators(..., device={str(device)!r}) (noise would be drawn on one device "
+                         "and copied to the other every step)")
     lr = (torch.full((m,), cfg.lr, dtype=dtype, device=device) if lr is None
           else torch.as_tensor(lr, dtype=dtype, device=device))
     if chunk is None:
@@ -214,10 +231,8 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
         p, st = take(params, sl), take(state, sl)
         for k in range(steps):
             masks = [model.masks(batch, g) for g in gens]
-            masks = {} if masks[0] is None else {n: torch.stack([mk[n] for mk in masks]).to(device) for n in masks[0]}
-            noise = ({n: torch.stack([torch.randn(sh, generator=g, device=g.device) for g in gens]).to(device)
-                      for n, sh in shapes.items()}
-                     if cfg.dp else {n: torch.zeros(len(gens), device=device) for n in shapes})
+            masks = {} if masks[0] is None else {n: torch.stack([mk[n] for mk in masks]) for n in masks[0]}
+            noise = (step_noise(shapes, gens) if cfg.dp else {n: torch.zeros(len(gens), device=device) for n in shapes})
             p, st = step_fn(p, st, x[sl, k], y[sl, k], masks, noise, lr[sl], anchor)
         put(new_params, sl, p)
         put(new_state, sl, st)

@@ -1,5 +1,11 @@
 """Client samplers. Each names the accounting event its sampling implies, so that the sampler and
-the privacy accounting cannot silently disagree."""
+the privacy accounting cannot silently disagree: a loop asks the sampler that drew the round's
+clients for the round's event (``sampler.event(z, K, round)``), never switches on its type.
+
+Both samplers share one interface: ``sample(num_clients, rng, round_)`` and
+``event(noise_multiplier, num_clients, round_)``, where ``noise_multiplier`` z is the server's noise
+standard deviation divided by the clipping bound S of one client's contribution (noise N(0, (zS)²)
+on the sum of clipped updates)."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,7 +15,7 @@ import numpy as np
 from dpfl import checks
 from dpfl.accounting.accountant import SampledGaussianEvent
 
-__all__ = ["PoissonClients", "FixedClients", "round_rng"]
+__all__ = ["PoissonClients", "FixedClients", "batch_event", "round_rng"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,15 +28,23 @@ class PoissonClients:
     def __post_init__(self):
         checks.in_range("p", self.p, 0, 1, lo_open=True)
 
-    def sample(self, num_clients: int, rng: np.random.Generator) -> np.ndarray:
+    def sample(self, num_clients: int, rng: np.random.Generator, round_: int = 0) -> np.ndarray:
         while True:
             chosen = np.flatnonzero(rng.random(num_clients) <= self.p)
             if chosen.size:
                 return chosen
 
-    def event(self, noise_multiplier: float) -> SampledGaussianEvent:
-        """Client-level Gaussian noise under this sampling: Poisson subsampling at rate p."""
-        return SampledGaussianEvent(noise_multiplier, self.p, "poisson")
+    def rate(self, num_clients: int, round_: int = 0) -> float:
+        """The probability that a given client takes part in round ``round_``."""
+        return self.p
+
+    def event(self, noise_multiplier: float, num_clients: int | None = None, round_: int = 0) -> SampledGaussianEvent:
+        """One round's client-level Gaussian noise under this sampling: Poisson subsampling at rate p,
+        add/remove-one neighbouring clients (sensitivity S of the sum, so multiplier z).
+
+        The redraw of an empty sample is ignored, as in Zheng et al.'s and every DP-FedAvg accounting
+        (it changes the sample's law by at most (1 − p)^K)."""
+        return SampledGaussianEvent(checks.positive("noise_multiplier", noise_multiplier), self.p, "poisson")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,9 +71,33 @@ class FixedClients:
             raise ValueError(f"m = {m} exceeds the number of clients K = {num_clients}")
         return np.sort(rng.choice(num_clients, size=m, replace=False))
 
+    def rate(self, num_clients: int, round_: int = 0) -> float:
+        """The fraction m_t/K of clients that take part in round ``round_``."""
+        return self.size(round_) / num_clients
+
     def event(self, noise_multiplier: float, num_clients: int, round_: int = 0) -> SampledGaussianEvent:
-        """m of K without replacement (Geyer's code accounts it as Poisson with q = m/K)."""
-        return SampledGaussianEvent(noise_multiplier, self.size(round_) / num_clients, "without_replacement")
+        """One round's client-level Gaussian noise: m_t of K drawn without replacement, replace-one
+        neighbouring clients. Replacing a client moves the sum of clipped updates by up to 2S, so the
+        event's multiplier is z/2 (``rdp``'s convention: noise std over the sensitivity of the stated
+        relation). Geyer et al.'s code instead accounts this sampling as Poisson at q = m/K with
+        multiplier z (``dpfl.federated.client_dp`` reports both, named)."""
+        checks.positive("noise_multiplier", noise_multiplier)
+        return SampledGaussianEvent(noise_multiplier / 2, self.rate(num_clients, round_), "without_replacement")
+
+
+def batch_event(noise_multiplier: float, batch_size: int, n: int, sampling: str = "fixed") -> SampledGaussianEvent:
+    """One DP-SGD step's event for a client with ``n`` records whose batches come from
+    ``FederatedDataset.batches(..., sampling)``, with noise N(0, (zC)²) on the sum of per-sample
+    gradients clipped to C: ``"fixed"`` (B of n without replacement, replace-one: sensitivity 2C, so
+    multiplier z/2 — Zheng et al.'s σ) or ``"poisson"`` (rate B/n, add/remove-one: multiplier z).
+    ``"shuffle"`` (epochs over a permutation) has no subsampling analysis here and is refused."""
+    checks.positive("noise_multiplier", noise_multiplier)
+    checks.one_of("sampling", sampling, ("fixed", "poisson"))
+    if batch_size > n:
+        raise ValueError(f"batch_size {batch_size} exceeds the client's {n} records")
+    if sampling == "fixed":
+        return SampledGaussianEvent(noise_multiplier / 2, batch_size / n, "without_replacement")
+    return SampledGaussianEvent(noise_multiplier, batch_size / n, "poisson")
 
 
 def round_rng(seed: int, round_: int) -> np.random.Generator:

@@ -1,0 +1,104 @@
+"""The first command of a GPU session (``benchmarks/GPU_QUEUE.md``): is the CUDA path sound, and how fast is it?
+
+1. the device, as recorded in provenance (``dpfl.device.describe``);
+2. a smoke-sized Zheng run on CUDA twice with one seed: the metrics must be bitwise equal;
+3. seconds per paper-scale round (100 clients) for MNIST at p = 1 and p = 0.25 and CIFAR-10 at p = 1,
+   best of the rounds after the first (which includes CUDA/cuDNN start-up), and peak GPU memory;
+4. a profile of one MNIST p = 1 round (the CUDA kernels and CPU ops that take the time);
+5. the time and size of one checkpoint of a 100-client MNIST state.
+
+    PYTHONPATH=lib python benchmarks/gpu_first.py --data-dir DIR --out OUT_DIR
+
+Writes ``gpu_first.json`` (and the profile table) to OUT_DIR.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from dpfl.device import configure, describe
+from dpfl.experiments.zheng2021 import ZhengRun
+
+
+def _round_seconds(run: ZhengRun) -> dict:
+    torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    metrics = run.compute()
+    return {"rounds": len(metrics), "seconds_per_round": [round(s, 3) for s in metrics["seconds"]],
+            "best_after_first_s": round(float(metrics["seconds"].iloc[1:].min()), 3),
+            "wall_s": round(time.perf_counter() - start, 1),
+            "peak_gpu_gib": round(torch.cuda.max_memory_allocated() / 2 ** 30, 2),
+            "acc_stored_local": [round(a, 4) for a in metrics["acc_stored_local"]]}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--skip", default="", help="comma-separated steps to skip: smoke,mnist,cifar,profile,ckpt")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    skip = set(filter(None, args.skip.split(",")))
+    configure("cuda")
+    report = {"device": describe("cuda")}
+    print(json.dumps(report["device"]), flush=True)
+
+    def save():
+        (out / "gpu_first.json").write_text(json.dumps(report, indent=1) + "\n")
+
+    common = dict(device="cuda", data_dir=args.data_dir, progress=False)
+    if "smoke" not in skip:
+        smoke = ZhengRun("mnist", 1.0, 1.0, 16, rounds=3, local_steps=4, num_clients=4, **common)
+        a, b = smoke.compute(), smoke.compute()
+        cols = [c for c in a.columns if c != "seconds"]
+        report["smoke_bitwise_equal"] = bool(a[cols].equals(b[cols]))
+        report["smoke_metrics"] = a[cols].to_dict("list")
+        print("smoke bitwise equal:", report["smoke_bitwise_equal"], flush=True)
+        save()
+    if "mnist" not in skip:
+        for p in (1.0, 0.25):
+            run = ZhengRun("mnist", p, 0.75, 16, rounds=args.rounds, **common)
+            report[f"mnist_p{p:g}"] = r = _round_seconds(run)
+            print(f"MNIST p={p:g}:", r, flush=True)
+            save()
+    if "cifar" not in skip:
+        run = ZhengRun("cifar10", 1.0, 0.75, 16, rounds=args.rounds, **common)
+        report["cifar_p1"] = r = _round_seconds(run)
+        print("CIFAR p=1:", r, flush=True)
+        save()
+    if "profile" not in skip:
+        from torch.profiler import ProfilerActivity, profile
+
+        run = ZhengRun("mnist", 1.0, 0.75, 16, rounds=1, **common)
+        run.compute()                                            # warm-up
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            run.compute()
+        table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=25)
+        cpu_table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15)
+        (out / "profile_mnist_p1.txt").write_text(table + "\n\n" + cpu_table + "\n")
+        print(table[-3000:], flush=True)
+    if "ckpt" not in skip:
+        state = {f"w{k}": torch.randn(100, 1_199_882 // 4, device="cuda") for k in range(4)}
+        state = {"local": state, "m": {k: v.clone() for k, v in state.items()},
+                 "v": {k: v.clone() for k, v in state.items()}}
+        path = Path("/tmp/dpfl_ckpt_probe.pt")
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        torch.save(state, path)
+        report["checkpoint_100_clients"] = {"seconds": round(time.perf_counter() - start, 2),
+                                            "gib": round(path.stat().st_size / 2 ** 30, 2)}
+        path.unlink()
+        print("checkpoint:", report["checkpoint_100_clients"], flush=True)
+    save()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
