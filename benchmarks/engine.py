@@ -58,7 +58,7 @@ def _setup(model, m, steps, batch):
 def step_ratio(model, batch=16, steps=10):
     """Seconds per client step: plain, DP with ghost clipping, DP with full per-sample gradients."""
     stacked, x, y = _setup(model, 1, steps, batch)
-    run = lambda cfg: local_train(model, cfg, stacked, init_state(stacked, cfg), x, y, client_generators(0, 0, [0]))
+    run = lambda cfg: local_train(model, cfg, stacked, init_state(stacked, cfg), x, y, client_generators(0, 0, [0], device=DEVICE))
     out = {}
     for name, cfg in [("plain", LocalConfig()), ("ghost", LocalConfig(dp=True, noise_multiplier=2.0)),
                       ("full", LocalConfig(dp=True, noise_multiplier=2.0, per_sample="full"))]:
@@ -98,7 +98,7 @@ def opacus_loop(clients, x, y, z=2.0, clip=1.0):
 def round_ratio(clients, steps=2, batch=16):
     cfg = LocalConfig(dp=True, noise_multiplier=2.0)
     stacked, x, y = _setup(MNIST_CNN, clients, steps, batch)
-    gens = lambda: client_generators(0, 0, range(clients))
+    gens = lambda: client_generators(0, 0, range(clients), device=DEVICE)
     ours = _time(lambda: local_train(MNIST_CNN, cfg, stacked, init_state(stacked, cfg), x, y, gens()), repeat=1)
     theirs = _time(lambda: opacus_loop(clients, x, y), repeat=1)
     return ours, theirs
@@ -119,7 +119,7 @@ st = {{k: v.unsqueeze(0).repeat({clients}, *[1] * v.ndim).to(dev) for k, v in p.
 x = torch.randn({clients}, {steps}, {batch}, 1, 28, 28, device=dev)
 y = torch.randint(0, 10, ({clients}, {steps}, {batch}), device=dev)
 cfg = LocalConfig(dp=True, noise_multiplier=2.0)
-local_train(MNIST_CNN, cfg, st, init_state(st, cfg), x, y, client_generators(0, 0, range({clients})))
+local_train(MNIST_CNN, cfg, st, init_state(st, cfg), x, y, client_generators(0, 0, range({clients}), device=dev))
 peak = (torch.cuda.max_memory_allocated() / 2**20 if dev == "cuda"
         else int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024)
 print(json.dumps(peak))

@@ -1,56 +1,44 @@
-"""Robust monotone root finding shared by the accounting modules (bracket, then Brent, then the safe side)."""
+"""The one search every accounting inversion is: the smallest x whose δ(x) meets a target.
+
+ε(δ) of a mechanism, σ of a Gaussian mechanism, ε of a composition: each is the smallest x with
+δ(x) ≤ δ for a non-increasing δ(x). Brent's method runs on log δ (accurate for δ down to 1e-300),
+and the answer is then checked on δ itself and nudged toward the bracket's safe end until it meets
+the target in floating point: a privacy search never misses its guarantee by round-off.
+"""
 from __future__ import annotations
 
 import math
 
 from scipy.optimize import brentq
 
-__all__ = ["solve_increasing"]
+__all__ = ["smallest_meeting"]
 
 
-def solve_increasing(fn, target: float, lo: float, hi: float, *, safe: str = "above", log_scale: bool = True,
-                     grow: float = 2.0, max_expand: int = 200, xtol: float = 1e-12) -> float:
-    """A root x ≥ lo of fn(x) = target for a non-decreasing ``fn``, returned on the **safe side**.
+def smallest_meeting(delta_of, delta: float, lo: float, hi: float, *, log_scale: bool = False,
+                     grow: float = 2.0, max_expand: int = 200) -> float:
+    """The smallest x ≥ lo (to Brent's tolerance) with ``delta_of(x) ≤ delta``, for a non-increasing
+    ``delta_of``; the x returned always satisfies it.
 
-    Privacy searches must never return a point that misses their guarantee by round-off: with
-    ``safe="above"`` the x returned satisfies fn(x) ≥ target (e.g. fn = −log δ(ε): the ε returned
-    has δ(ε) ≤ the target); with ``safe="below"``, fn(x) ≤ target. Brent's root is nudged outward
-    until that holds.
-
-    Expands ``hi`` geometrically until ``fn(hi) ≥ target``; returns ``lo`` when ``fn(lo) ≥ target``
-    (safe above) and ``inf`` when no bracket is found. With ``log_scale`` the search runs on log x.
+    Expands ``hi`` geometrically until it meets the target; returns ``lo`` when ``lo`` does and
+    ``inf`` when no bracket is found. With ``log_scale`` the search runs on log x.
     """
-    if safe not in ("above", "below"):
-        raise ValueError(f"safe must be 'above' or 'below'; got {safe!r}")
-    f_lo = fn(lo)
-    if f_lo >= target and (safe == "above" or f_lo <= target):
+    ok = lambda x: float(delta_of(x)) <= delta
+    if ok(lo):
         return lo
-    if f_lo >= target:                  # safe below, but even lo is above the target
-        raise ValueError(f"no x ≥ {lo:g} has fn(x) ≤ {target:g}")
     for _ in range(max_expand):
-        if fn(hi) >= target:
+        if ok(hi):
             break
         lo, hi = hi, hi * grow
     else:
         return math.inf
+    gap = lambda x: math.log(delta) - math.log(max(float(delta_of(x)), 1e-320))     # < 0 at lo, ≥ 0 at hi
     if log_scale and lo > 0:
-        root = math.exp(brentq(lambda z: fn(math.exp(z)) - target, math.log(lo), math.log(hi), xtol=1e-14,
-                               rtol=1e-15, maxiter=500))
+        root = math.exp(brentq(lambda z: gap(math.exp(z)), math.log(lo), math.log(hi), xtol=1e-14, rtol=1e-15,
+                               maxiter=500))
     else:
-        root = brentq(lambda x: fn(x) - target, lo, hi, xtol=xtol, rtol=1e-15, maxiter=500)
-    return _safe_side(fn, target, root, lo, hi, safe)
-
-
-def _safe_side(fn, target, root, lo, hi, safe):
-    """Move ``root`` toward ``hi`` (safe above) or ``lo`` (safe below) until it is on the safe side
-    (fn(lo) < target ≤ fn(hi), so the bracket's ends always are)."""
-    good = (lambda x: fn(x) >= target) if safe == "above" else (lambda x: fn(x) <= target)
-    if good(root):
-        return root
+        root = brentq(gap, lo, hi, xtol=1e-12, rtol=1e-15, maxiter=500)
     step = max(abs(root) * 1e-15, 1e-300)
-    for _ in range(2000):
-        x = min(root + step, hi) if safe == "above" else max(root - step, lo)
-        if good(x):
-            return x
+    while root < hi and not ok(root):           # ok(hi), so this ends at hi at the latest
+        root = min(root + step, hi)
         step *= 2
-    return hi if safe == "above" else lo     # the bracket's ends are on their sides
+    return root

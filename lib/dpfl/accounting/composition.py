@@ -11,7 +11,7 @@ import numpy as np
 from scipy.special import gammaln, logsumexp
 
 from dpfl import checks
-from dpfl.accounting._solve import solve_increasing
+from dpfl.accounting._solve import smallest_meeting
 
 __all__ = ["basic", "advanced", "optimal", "optimal_delta", "kov_bound"]
 
@@ -57,7 +57,8 @@ def optimal_delta(eps0: float, delta0: float, k: int, eps: float) -> float:
         log_terms = (gammaln(k + 1) - gammaln(l + 1) - gammaln(k - l + 1) + (k - l) * eps0
                      - k * np.logaddexp(0.0, eps0) + np.log(-np.expm1(-gap)))
         inner = float(np.exp(logsumexp(log_terms))) if l.size else 0.0
-    return float(-np.expm1(k * np.log1p(-float(delta0)) + np.log1p(-min(inner, 1.0))))
+    with np.errstate(divide="ignore"):          # inner = 1: log1p(−1) = −∞, δ = 1
+        return float(-np.expm1(k * np.log1p(-float(delta0)) + np.log1p(-min(inner, 1.0))))
 
 
 def optimal(eps0: float, delta0: float, k: int, delta: float):
@@ -67,9 +68,7 @@ def optimal(eps0: float, delta0: float, k: int, delta: float):
     floor = -math.expm1(k * math.log1p(-float(delta0)))
     if delta <= floor:
         raise ValueError(f"delta must exceed 1 − (1 − delta0)^k = {floor:.3g} for k-fold composition")
-    with np.errstate(divide="ignore"):
-        eps = solve_increasing(lambda e: -math.log(max(optimal_delta(eps0, delta0, k, e), 1e-320)),
-                               -math.log(delta), 0.0, max(float(eps0), 1e-3), log_scale=False)
+    eps = smallest_meeting(lambda e: optimal_delta(eps0, delta0, k, e), delta, 0.0, max(float(eps0), 1e-3))
     return min(eps, k * float(eps0)), float(delta)
 
 

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from dpfl import checks
-from dpfl.accounting._solve import solve_increasing
+from dpfl.accounting._solve import smallest_meeting
 from dpfl.accounting.hockey_stick import theta
 
 __all__ = ["classic_sigma", "classic_delta_bound", "analytic_delta", "analytic_epsilon", "analytic_sigma"]
@@ -51,9 +51,7 @@ def analytic_epsilon(sigma, delta, sensitivity=1.0) -> float:
     checks.positive("sigma", sigma)
     checks.in_range("delta", delta, 0, 1, lo_open=True, hi_open=True)
     r = float(sensitivity) / float(sigma)
-    with np.errstate(divide="ignore"):
-        return solve_increasing(lambda e: -float(np.log(theta(e, r))), -math.log(delta), 0.0, 1.0,
-                                log_scale=False)
+    return smallest_meeting(lambda e: theta(e, r), delta, 0.0, 1.0)
 
 
 def analytic_sigma(eps, delta, sensitivity=1.0) -> float:
@@ -61,12 +59,8 @@ def analytic_sigma(eps, delta, sensitivity=1.0) -> float:
     checks.nonnegative("eps", eps)
     checks.in_range("delta", delta, 0, 1, lo_open=True, hi_open=True)
     checks.positive("sensitivity", sensitivity)
-    # θ_ε(Δ/σ) decreases in σ: search on s = 1/σ, increasing.
-    s = solve_increasing(lambda s_: float(theta(eps, float(sensitivity) * s_)), float(delta), 1e-12, 1.0,
-                         safe="below")
-    if not math.isfinite(s):
+    # θ_ε(Δ/σ) decreases in σ: search σ itself (no 1/s inversion to round to the unsafe side).
+    sigma = smallest_meeting(lambda s_: theta(eps, float(sensitivity) / s_), float(delta), 1e-12, 1.0, log_scale=True)
+    if not math.isfinite(sigma):
         raise ValueError("no finite σ reaches this (eps, delta)")
-    sigma = 1.0 / s
-    while float(theta(eps, float(sensitivity) / sigma)) > delta:    # 1/(1/σ) can round to the unsafe side
-        sigma = float(np.nextafter(sigma, math.inf))
     return sigma

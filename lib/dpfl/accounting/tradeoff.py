@@ -25,7 +25,7 @@ from scipy.special import logsumexp
 from scipy.stats import norm
 
 from dpfl import checks
-from dpfl.accounting._solve import solve_increasing
+from dpfl.accounting._solve import smallest_meeting
 
 __all__ = ["TradeOff", "gaussian", "identity", "subsample", "subsample_parts", "federated_amplify",
            "compose", "compose_n", "to_epsilon_delta", "epsilon"]
@@ -198,9 +198,7 @@ def to_epsilon_delta(f: TradeOff, eps):
 def epsilon(f: TradeOff, delta: float) -> float:
     """Smallest ε ≥ 0 with ``to_epsilon_delta(f, ε) ≤ δ``."""
     checks.in_range("delta", delta, 0, 1, lo_open=True, hi_open=True)
-    with np.errstate(divide="ignore"):
-        return solve_increasing(lambda e: -math.log(max(float(to_epsilon_delta(f, e)), 1e-320)),
-                                -math.log(delta), 0.0, 1.0, log_scale=False)
+    return smallest_meeting(lambda e: to_epsilon_delta(f, e), delta, 0.0, 1.0)
 
 
 # ----------------------------------------------------------------------------------------------

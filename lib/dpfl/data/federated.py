@@ -62,6 +62,8 @@ class FederatedDataset:
     def to(self, device) -> "FederatedDataset":
         """The same dataset with its image and label tensors on ``device`` (moved once; each round then
         ships only the batch indices, and :meth:`batches` gathers there)."""
+        if self.train_x.device == torch.device(device):
+            return self
         moved = lambda t: None if t is None else t.to(device)
         return FederatedDataset(moved(self.train_x), moved(self.train_y), moved(self.test_x), moved(self.test_y),
                                 self.clients, self.test_clients, self.source, moved(self.black))

@@ -149,6 +149,8 @@ def train(model: Model, fd: FederatedDataset, cfg: RoundConfig, *, checkpoint: P
         put(state["opt"], idx, opt)
         state["stored_acc"][idx] = accuracy(model, params, x_test[idx], y_test[idx], m_test[idx], stacked=True)
         done = _reached(cfg, float(state["stored_acc"].mean()))
+        if private:
+            accountant.compose(event, cfg.local_steps)
         state["global"], state["local"] = server.elastic(state["global"], state["local"], selected,
                                                          cfg.alpha, cfg.eta)
         acc_global, loss_global = shared_accuracy(model, state["global"], pool_x, pool_y, pool_index, pool_mask,
@@ -162,8 +164,7 @@ def train(model: Model, fd: FederatedDataset, cfg: RoundConfig, *, checkpoint: P
             "acc_local_all": (float(accuracy(model, state["local"], x_test, y_test, m_test, stacked=True).mean())
                               if t % cfg.eval_every == 0 or t == cfg.rounds or done else np.nan),
             "lr_mean": float(lr.mean()) if lr is not None else cfg.local.lr,
-            "mu_max_clt": (float(accountant.compose(event, cfg.local_steps).mu()) if private
-                           else np.inf if cfg.local.dp else 0.0),
+            "mu_max_clt": accountant.mu() if private else np.inf if cfg.local.dp else 0.0,
             "seconds": time.perf_counter() - start,
         }
         state["metrics"].append(row)
