@@ -35,9 +35,11 @@ def test_outputs_profiles_and_generators(tmp_path):
     ax.plot([0, 1])
     nb.savefig(fig, "f")
     nb.save_table(pd.DataFrame({"a": [1.5]}), "t")
-    nb.compare("a", 1.0, 1.0, rel=0.1)
-    nb.claim("b", False)
+    nb.compare("a", 1.0, 1.0, rel=0.1, kind="formula")
+    nb.claim("b", False, kind="property")
+    nb.pending("c", 64, needs="a GPU")
     table = nb.finish()
-    assert list(table.verdict) == ["match", "differs"]
+    assert list(table.verdict) == ["match", "differs", "pending"]
+    assert list(table.kind) == ["formula", "property", "reproduced"]
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["comparisons.csv", "comparisons.md", "f.pdf", "f.png", "t.csv", "t.md"]

@@ -8,24 +8,33 @@ from dpfl import reporting
 
 
 def test_compare_relative_and_absolute_tolerances():
-    assert reporting.compare("a", 1.009, 1.0, rel=0.01).ok
-    assert not reporting.compare("a", 1.011, 1.0, rel=0.01).ok
-    assert reporting.compare("a", 0.05, 0.0, abs=0.1).ok
-    assert reporting.compare("a", 1.05, 1.0, rel=0.01, abs=0.1).ok          # the looser one wins
-    assert not reporting.compare("a", math.nan, 1.0, rel=0.5).ok
-    row = reporting.compare("δ(ε=1)", 2.021e-3, 2.02e-3, rel=0.01, source="details.md")
+    assert reporting.compare("a", 1.009, 1.0, rel=0.01, kind="formula").ok
+    assert not reporting.compare("a", 1.011, 1.0, rel=0.01, kind="formula").ok
+    assert reporting.compare("a", 0.05, 0.0, abs=0.1, kind="formula").ok
+    assert reporting.compare("a", 1.05, 1.0, rel=0.01, abs=0.1, kind="formula").ok          # the looser one wins
+    assert not reporting.compare("a", math.nan, 1.0, rel=0.5, kind="formula").ok
+    row = reporting.compare("δ(ε=1)", 2.021e-3, 2.02e-3, rel=0.01, kind="reconstruction", source="details.md")
     assert row.tolerance == "±0.01 rel" and row.verdict == reporting.MATCH and row.source == "details.md"
+
+
+def test_every_row_says_its_kind_of_evidence():
+    with pytest.raises(ValueError, match="kind"):
+        reporting.compare("a", 1.0, 1.0, rel=0.1, kind="experiment")
+    with pytest.raises(TypeError):
+        reporting.claim("a", True)                                           # no default kind
+    row = reporting.pending("Table 1 R", 64, needs="the paper profile on a GPU")
+    assert (row.kind, row.verdict, row.ok) == ("reproduced", reporting.PENDING, False)
 
 
 def test_compare_needs_a_valid_tolerance():
     with pytest.raises(ValueError, match="tolerance"):
-        reporting.compare("a", 1.0, 1.0)
+        reporting.compare("a", 1.0, 1.0, kind="formula")
     with pytest.raises(ValueError, match="^rel"):
-        reporting.compare("a", 1.0, 1.0, rel=-0.1)
+        reporting.compare("a", 1.0, 1.0, rel=-0.1, kind="formula")
 
 
 def test_claims_and_table():
-    rows = [reporting.claim("δ decreases in q", True), reporting.claim("x", False)]
+    rows = [reporting.claim("δ decreases in q", True, kind="property"), reporting.claim("x", False, kind="beyond")]
     table = reporting.comparison_table(rows)
     assert list(table.verdict) == [reporting.MATCH, reporting.DIFFERS]
     md = reporting.to_markdown(table)
@@ -35,8 +44,9 @@ def test_claims_and_table():
 def test_write_report_collects_every_paper(tmp_path):
     paper = tmp_path / "asoodeh2020"
     paper.mkdir()
-    table = reporting.comparison_table([reporting.compare("δ", 0.1671, 0.167, rel=0.01),
-                                        reporting.compare("R", 120, 100, rel=0.1)])
+    table = reporting.comparison_table([reporting.compare("δ", 0.1671, 0.167, rel=0.01, kind="formula"),
+                                        reporting.compare("R", 120, 100, rel=0.1, kind="reduced"),
+                                        reporting.pending("R at 90 %", 64, needs="a GPU")])
     table.to_csv(paper / "comparisons.csv", index=False)
     (paper / "RUN.json").write_text(json.dumps({"profile": "smoke", "wall_time_s": 3.2,
                                                 "git_commit": "abc", "device": "cpu"}))
@@ -46,7 +56,9 @@ def test_write_report_collects_every_paper(tmp_path):
     table.to_csv(zheng / "comparisons.csv", index=False)
     (zheng / "RUN.json").write_text(json.dumps({"profile": "quick", "note": "paper requested; no GPU"}))
     text = reporting.write_report(tmp_path).read_text()
-    assert "| asoodeh2020 | smoke" in text and "| 1/2 " in text
+    assert "| asoodeh2020 | smoke" in text and "| 1/1 " in text and "| 0/1 " in text
+    assert "| 1 pending " in text and "**All papers:** reproduced 2 pending, reduced 0/2, formula 2/2" in text
+    assert "… pending" in text and "pending: needs a GPU" in text
     assert "0.1671" in text and "✗ differs" in text and "empty" not in text
     assert "quick (paper requested; no GPU)" in text and "Profile `quick` (paper requested; no GPU)" in text
 

@@ -102,6 +102,12 @@ class Notebook:
         self.comparisons.append(row)
         return row
 
+    def pending(self, quantity: str, reference, **kwargs) -> reporting.Comparison:
+        """Record a paper number this run did not compute (see ``dpfl.reporting.pending``)."""
+        row = reporting.pending(quantity, reference, **kwargs)
+        self.comparisons.append(row)
+        return row
+
     def finish(self):
         """Write ``comparisons.csv``/``.md`` and return the comparison table for display."""
         table = reporting.comparison_table(self.comparisons)

@@ -2,8 +2,18 @@
 
 Every reproduced number is recorded as a :class:`Comparison`: the quantity, the reference value
 (from the paper, or from a verified recomputation of the paper's formula when the paper's own
-number is lost: ``source`` says which), our value, the tolerance, and the verdict. Qualitative
-statements ("δ decreases in q") are recorded with :func:`claim`.
+number is lost: ``source`` says which), our value, the tolerance, the verdict, and the **kind of
+evidence** it is (:data:`KINDS`):
+
+* ``reproduced`` — our experiment at the paper's setting and on the paper's data, vs the paper's number;
+* ``reduced`` — our experiment at a smaller scale or on a stand-in dataset (e.g. the CIFAR-10 JPEG copy);
+* ``formula`` — the paper's formula evaluated at the paper's inputs;
+* ``reconstruction`` — against our reconstruction of a lost formula or number;
+* ``property`` — a qualitative or mathematical claim checked on our results;
+* ``beyond`` — ours alone, no counterpart in the paper.
+
+A formula check is never counted as a reproduced experiment. Qualitative statements ("δ decreases
+in q") are recorded with :func:`claim`; a paper-scale cell not yet run with :func:`pending`.
 """
 from __future__ import annotations
 
@@ -18,11 +28,13 @@ from cycler import cycler
 
 from dpfl.io import write_text
 
-__all__ = ["Comparison", "compare", "claim", "comparison_table", "apply_plot_style", "PLOT_STYLE", "to_markdown", "write_report",
+__all__ = ["Comparison", "KINDS", "PENDING", "compare", "claim", "pending", "comparison_table", "apply_plot_style", "PLOT_STYLE", "to_markdown", "write_report",
            "MATCH", "DIFFERS"]
 
 MATCH = "match"
 DIFFERS = "differs"
+PENDING = "pending"
+KINDS = ("reproduced", "reduced", "formula", "reconstruction", "property", "beyond")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,17 +46,23 @@ class Comparison:
     reference: float | str
     tolerance: str
     verdict: str
+    kind: str
     source: str = "paper"
     note: str = ""
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {self.kind!r}")
 
     @property
     def ok(self) -> bool:
         return self.verdict == MATCH
 
 
-def compare(quantity: str, ours: float, reference: float, *, rel: float | None = None,
+def compare(quantity: str, ours: float, reference: float, *, kind: str, rel: float | None = None,
             abs: float | None = None, source: str = "paper", note: str = "") -> Comparison:
-    """Compare ``ours`` with ``reference`` within a relative and/or absolute tolerance.
+    """Compare ``ours`` with ``reference`` within a relative and/or absolute tolerance; ``kind``: the
+    kind of evidence (:data:`KINDS`).
 
     Matches when ``|ours − reference| ≤ max(rel·|reference|, abs)``.
     """
@@ -58,13 +76,19 @@ def compare(quantity: str, ours: float, reference: float, *, rel: float | None =
     ok = math.isfinite(ours) and math.fabs(ours - reference) <= bound
     parts = ([f"±{rel:.3g} rel"] if rel is not None else []) + ([f"±{abs:.3g}"] if abs is not None else [])
     return Comparison(quantity, ours, reference, " or ".join(parts), MATCH if ok else DIFFERS,
-                      source, note)
+                      kind, source, note)
 
 
-def claim(statement: str, holds: bool, *, source: str = "paper", note: str = "") -> Comparison:
+def claim(statement: str, holds: bool, *, kind: str, source: str = "paper", note: str = "") -> Comparison:
     """Record whether a qualitative statement (of the paper, or ours) holds in our results."""
     return Comparison(statement, "holds" if holds else "fails", "holds", "—",
-                      MATCH if holds else DIFFERS, source, note)
+                      MATCH if holds else DIFFERS, kind, source, note)
+
+
+def pending(quantity: str, reference: float | str, *, needs: str, kind: str = "reproduced",
+            source: str = "paper") -> Comparison:
+    """A number the paper reports that this run did not compute, and what computing it needs."""
+    return Comparison(quantity, "—", reference, "—", PENDING, kind, source, f"pending: needs {needs}")
 
 
 def comparison_table(comparisons: Iterable[Comparison]) -> pd.DataFrame:
@@ -87,7 +111,7 @@ def to_markdown(table: pd.DataFrame) -> str:
     shown = table.copy()
     for col in ("ours", "reference"):
         shown[col] = [_fmt(v) for v in shown[col]]
-    shown["verdict"] = ["✓ " + v if v == MATCH else "✗ " + v for v in shown["verdict"]]
+    shown["verdict"] = [{MATCH: "✓ ", DIFFERS: "✗ "}.get(v, "… ") + v for v in shown["verdict"]]
     return shown.to_markdown(index=False)
 
 
@@ -117,7 +141,7 @@ def apply_plot_style() -> None:
 def write_report(figures_dir) -> Path:
     """Collect every ``figures/<paper>/comparisons.csv`` (and ``RUN.json``) into ``REPORT.md``."""
     figures_dir = Path(figures_dir)
-    sections, summary = [], []
+    sections, summary, tables = [], [], []
     for paper_dir in sorted(p for p in figures_dir.iterdir() if p.is_dir()):
         csv = paper_dir / "comparisons.csv"
         if not csv.exists():
@@ -126,11 +150,11 @@ def write_report(figures_dir) -> Path:
         for col in ("ours", "reference"):
             table[col] = [_maybe_float(v) for v in table[col]]
         run = _read_json(paper_dir / "RUN.json")
-        n_ok = int((table["verdict"] == MATCH).sum())
+        tables.append(table.assign(paper=paper_dir.name))
         summary.append({
             "paper": paper_dir.name,
             "profile": run.get("profile", "?") + (f" ({run['note']})" if run.get("note") else ""),
-            "matches": f"{n_ok}/{len(table)}",
+            **_tally(table),
             "wall time (s)": run.get("wall_time_s", "?"),
             "commit": str(run.get("git_commit", "?"))[:12],
             "device": run.get("device", "?"),
@@ -145,10 +169,30 @@ def write_report(figures_dir) -> Path:
             "Written by `python -m dpfl.reproduce` (`make reproduce`). Each row: a number we "
             "computed, the reference value (`source` says whether it is the paper's own number, "
             "or a recomputation of the paper's formula where the printed number was lost), the "
-            "tolerance and the verdict.\n\n"
-            + (pd.DataFrame(summary).to_markdown(index=False) if summary else "No results yet.")
+            "tolerance, the verdict and the kind of evidence: **reproduced** (our experiment at the paper's "
+            "setting and data), **reduced** (smaller scale or a stand-in dataset), **formula** (the paper's "
+            "formula at its inputs), **reconstruction** (vs our reconstruction of a lost number), "
+            "**property** (a qualitative or mathematical claim), **beyond** (ours alone). Each cell counts "
+            "matches/rows of that kind; *pending* rows are paper-scale cells not yet run.\n\n"
+            + (pd.DataFrame(summary).to_markdown(index=False) + "\n\n**All papers:** "
+               + ", ".join(f"{k} {v}" for k, v in _tally(pd.concat(tables)).items() if v != "—")
+               if summary else "No results yet.")
             + "\n\n" + "\n".join(sections))
     return write_text(figures_dir / "REPORT.md", text)
+
+
+def _tally(table: pd.DataFrame) -> dict:
+    """Per kind: "matches/rows" (+ "k pending"), "—" where a kind has no rows."""
+    kinds = table["kind"] if "kind" in table else pd.Series(["?"] * len(table))
+    out = {}
+    for kind in KINDS:
+        rows = table[kinds == kind]
+        done = rows[rows["verdict"] != PENDING]
+        cell = f"{int((done['verdict'] == MATCH).sum())}/{len(done)}" if len(done) else ""
+        if len(rows) > len(done):
+            cell += (" + " if cell else "") + f"{len(rows) - len(done)} pending"
+        out[kind] = cell or "—"
+    return out
 
 
 def _maybe_float(value):
