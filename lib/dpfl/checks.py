@@ -11,21 +11,30 @@ from typing import Iterable
 import numpy as np
 
 
-def _describe(lo, hi, lo_open, hi_open) -> str:
-    left = "(" if lo_open else "["
-    right = ")" if hi_open else "]"
+def _describe(lo, hi, lo_open, hi_open, finite=True) -> str:
+    left = "(" if lo_open or (lo is None and finite) else "["
+    right = ")" if hi_open or (hi is None and finite) else "]"
     lo_s = "-inf" if lo is None else f"{lo:g}"
     hi_s = "inf" if hi is None else f"{hi:g}"
     return f"{left}{lo_s}, {hi_s}{right}"
 
 
-def in_range(name: str, value, lo=None, hi=None, *, lo_open: bool = False, hi_open: bool = False):
+def in_range(name: str, value, lo=None, hi=None, *, lo_open: bool = False, hi_open: bool = False,
+             finite: bool = True):
     """Return ``value`` (scalar or array) after checking that every entry lies in the interval.
 
-    Raises ``ValueError`` naming ``name`` and the interval otherwise (NaN is always rejected).
+    Raises ``ValueError`` naming ``name`` and the interval otherwise. NaN is always rejected and
+    ±inf too unless ``finite=False`` (σ = ∞ or ε = ∞ are limits, not settings a run can have).
     """
-    arr = np.asarray(value, dtype=float)
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number; got {value!r}") from None
+    if isinstance(value, (bool, np.bool_)) or arr.dtype == object or np.asarray(value).dtype == bool:
+        raise ValueError(f"{name} must be a number, not a boolean; got {value!r}")
     bad = np.isnan(arr)
+    if finite:
+        bad |= np.isinf(arr)
     if lo is not None:
         bad |= arr <= lo if lo_open else arr < lo
     if hi is not None:
@@ -33,25 +42,48 @@ def in_range(name: str, value, lo=None, hi=None, *, lo_open: bool = False, hi_op
     if np.any(bad):
         shown = value if arr.ndim == 0 else arr[bad].ravel()[:3].tolist()
         raise ValueError(
-            f"{name} must lie in {_describe(lo, hi, lo_open, hi_open)}; got {shown}"
+            f"{name} must lie in {_describe(lo, hi, lo_open, hi_open, finite)}; got {shown}"
         )
     return value
 
 
-def positive(name: str, value):
-    """Check ``value > 0`` (entrywise)."""
-    return in_range(name, value, 0, None, lo_open=True)
+def positive(name: str, value, *, finite: bool = True):
+    """Check ``value > 0`` (entrywise; finite unless ``finite=False``)."""
+    return in_range(name, value, 0, None, lo_open=True, finite=finite)
 
 
-def nonnegative(name: str, value):
-    """Check ``value >= 0`` (entrywise)."""
-    return in_range(name, value, 0, None)
+def nonnegative(name: str, value, *, finite: bool = True):
+    """Check ``value >= 0`` (entrywise; finite unless ``finite=False``)."""
+    return in_range(name, value, 0, None, finite=finite)
+
+
+def counts(name: str, value):
+    """Check that every entry of ``value`` (scalar or array) is a whole number >= 1 and return it.
+
+    Integral floats (3.0) pass, as step counts often come out of arithmetic; fractions, booleans,
+    NaN and ±inf are rejected with the parameter's name."""
+    raw = np.asarray(value)
+    if raw.dtype == bool or isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be a positive integer (>= 1), not a boolean; got {value!r}")
+    in_range(name, value, 1, None)
+    arr = np.asarray(value, dtype=float)
+    if np.any(arr != np.round(arr)):
+        shown = value if arr.ndim == 0 else arr[arr != np.round(arr)].ravel()[:3].tolist()
+        raise ValueError(f"{name} must be a positive integer (>= 1); got {shown}")
+    return value
 
 
 def positive_int(name: str, value) -> int:
     """Check that ``value`` is an integer >= 1 (bools are rejected) and return it as ``int``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{name} must be a positive integer (>= 1); got {value!r}")
+    return int(value)
+
+
+def nonnegative_int(name: str, value) -> int:
+    """Check that ``value`` is an integer >= 0 (bools are rejected) and return it as ``int``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer (>= 0); got {value!r}")
     return int(value)
 
 

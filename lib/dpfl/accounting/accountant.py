@@ -64,7 +64,7 @@ class Accountant:
 
     def __init__(self, method: str = "rdp", *, orders=None, h: float = 1e-4):
         self.method = checks.one_of("method", method, METHODS)
-        self.orders = np.asarray(rdp.DEFAULT_ORDERS if orders is None else orders, dtype=float)
+        self.orders = rdp._orders(orders)
         self.h = float(checks.positive("h", h))
         self.events: list[tuple[Event, int]] = []
 
@@ -103,7 +103,7 @@ class Accountant:
             elif event.sampling == "poisson":
                 mus.append(gdp.clt_mu_poisson(event.sigma, event.q, count))
             else:
-                mus.append(gdp.clt_mu(event.sigma, event.q, 1.0, count))
+                mus.append(gdp.clt_mu_fraction(event.sigma, event.q, count))
         return float(gdp.compose(*mus)) if mus else 0.0
 
     def tradeoff(self) -> tradeoff.TradeOff:

@@ -34,7 +34,13 @@ def advanced(eps0: float, delta0: float, k: int, delta_prime: float):
     k = _check(eps0, delta0, k)
     checks.in_range("delta_prime", delta_prime, 0, 1, lo_open=True, hi_open=True)
     eps0 = float(eps0)
-    eps = math.sqrt(2 * k * math.log(1 / delta_prime)) * eps0 + k * eps0 * math.expm1(eps0)
+    try:
+        eps = math.sqrt(2 * k * math.log(1 / delta_prime)) * eps0 + k * eps0 * math.expm1(eps0)
+    except OverflowError:
+        eps = math.inf
+    if not math.isfinite(eps):
+        raise ValueError(f"eps0 = {eps0:g} with k = {k} overflows the advanced composition bound "
+                         "(ε > 1.8e308); the bound is vacuous there — use basic() or optimal()")
     return eps, min(1.0, k * float(delta0) + float(delta_prime))
 
 

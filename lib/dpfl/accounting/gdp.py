@@ -24,7 +24,7 @@ from dpfl import checks
 from dpfl.accounting._solve import smallest_meeting
 from dpfl.accounting.hockey_stick import theta
 
-__all__ = ["ApproximationWarning", "clt_mu", "clt_mu_poisson", "delta", "epsilon", "compose", "strong_federated_mu"]
+__all__ = ["ApproximationWarning", "clt_mu", "clt_mu_fraction", "clt_mu_poisson", "delta", "epsilon", "compose", "strong_federated_mu"]
 
 
 class ApproximationWarning(UserWarning):
@@ -49,15 +49,23 @@ def clt_mu(sigma, batch_size, n, steps):
     Neighbouring: replace-one. A CLT limit, not a bound (warns :class:`ApproximationWarning`):
     see ``tradeoff.compose_n`` for the exact composition.
     """
-    _warn_clt()
-    checks.positive("sigma", sigma)
-    checks.positive("batch_size", batch_size)
-    checks.positive("n", n)
-    checks.positive("steps", steps)
+    checks.counts("batch_size", batch_size)
+    checks.counts("n", n)
     if np.any(np.asarray(batch_size) > np.asarray(n)):
         raise ValueError("batch_size must lie in (0, n]")
+    return clt_mu_fraction(sigma, np.asarray(batch_size, dtype=float) / np.asarray(n, dtype=float), steps,
+                           stacklevel=4)
+
+
+def clt_mu_fraction(sigma, q, steps, *, stacklevel: int = 3):
+    """:func:`clt_mu` with the sampled fraction q = B/n given directly (an accountant's
+    ``SampledGaussianEvent(σ, q, "without_replacement")``). **Approximate**; replace-one."""
+    _warn_clt(stacklevel)
+    checks.positive("sigma", sigma)
+    checks.in_range("q", q, 0, 1, lo_open=True)
+    checks.counts("steps", steps)
     s = 1.0 / np.asarray(sigma, dtype=float)
-    c = np.asarray(batch_size, dtype=float) / np.asarray(n, dtype=float) * np.sqrt(steps)
+    c = np.asarray(q, dtype=float) * np.sqrt(steps)
     inner = np.exp(s * s) * norm.cdf(1.5 * s) + 3.0 * norm.cdf(-0.5 * s) - 2.0
     return np.sqrt(2.0) * c * np.sqrt(inner)
 
@@ -72,7 +80,7 @@ def clt_mu_poisson(sigma, q, steps):
     _warn_clt()
     checks.positive("sigma", sigma)
     checks.in_range("q", q, 0, 1, lo_open=True)
-    checks.positive("steps", steps)
+    checks.counts("steps", steps)
     return np.asarray(q, dtype=float) * np.sqrt(steps) * np.sqrt(np.expm1(1.0 / np.asarray(sigma, dtype=float) ** 2))
 
 

@@ -52,7 +52,7 @@ def hockey_stick(p, q, eps):
 
 def _theta_parts(eps, r):
     eps = np.asarray(checks.nonnegative("eps", eps), dtype=float)
-    r = np.asarray(checks.nonnegative("r", r), dtype=float)
+    r = np.asarray(checks.nonnegative("r", r, finite=False), dtype=float)
     eps, r = np.broadcast_arrays(eps, r)
     with np.errstate(divide="ignore", invalid="ignore"):
         a = eps / r - r / 2.0  # θ = Q(a) − e^ε Q(b) with b = a + r

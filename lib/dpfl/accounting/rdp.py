@@ -30,6 +30,8 @@ SAMPLINGS = ("poisson", "without_replacement")
 
 def _orders(orders) -> np.ndarray:
     orders = np.atleast_1d(np.asarray(orders if orders is not None else DEFAULT_ORDERS, dtype=float))
+    if orders.size == 0 or orders.ndim != 1:
+        raise ValueError(f"orders must be a non-empty 1-d sequence of Rényi orders > 1; got {orders.tolist()!r}")
     checks.in_range("orders", orders, 1, None, lo_open=True)
     return orders
 
@@ -133,7 +135,7 @@ def _log_expm1(x):
 def _check_curve(rdp, orders):
     orders = _orders(orders)
     rdp = np.broadcast_to(np.asarray(rdp, dtype=float), orders.shape)
-    checks.nonnegative("rdp", rdp)
+    checks.nonnegative("rdp", rdp, finite=False)   # an order may have infinite RDP
     return rdp, orders
 
 
@@ -185,7 +187,7 @@ def moments_accountant_delta(q, sigma, steps, eps, max_order: int = 32) -> float
     Poisson sampling with rate q (Geyer's code samples m of K clients without replacement and
     accounts them as Poisson with q = m/K; the notebook says so).
     """
-    checks.positive("steps", steps)
+    checks.counts("steps", steps)
     checks.positive_int("max_order", max_order)
     orders = np.arange(2, max_order + 2, dtype=float)
     return delta(steps * subsampled_gaussian(q, sigma, orders), orders, eps, conversion="classic")

@@ -76,6 +76,18 @@ class FederatedDataset:
     def client_sizes(self) -> np.ndarray:
         return self._train_sizes.copy()
 
+    def _client_ids(self, client_ids) -> np.ndarray:
+        """``client_ids`` as int64 after checking each lies in [0, num_clients) (a negative id
+        would otherwise index from the end)."""
+        raw = np.asarray(client_ids)
+        if raw.dtype == bool or (raw.size and not np.issubdtype(raw.dtype, np.integer)):
+            raise ValueError(f"client_ids must be integers in [0, {self.num_clients}); got dtype {raw.dtype}")
+        ids = raw.astype(np.int64).reshape(-1)
+        bad = (ids < 0) | (ids >= self.num_clients)
+        if bad.any():
+            raise ValueError(f"client_ids must lie in [0, {self.num_clients}); got {ids[bad][:5].tolist()}")
+        return ids
+
     def batches(self, client_ids, batch_size: int, steps: int, rng: np.random.Generator,
                 sampling: str = "fixed"):
         """Stacked batches for ``steps`` local steps of each client in ``client_ids``.
@@ -85,7 +97,7 @@ class FederatedDataset:
         Returns ``(x, y, mask)`` with x of shape (m, steps, B, …), y (m, steps, B) and mask
         (m, steps, B) marking real examples (all True for fixed-size batches).
         """
-        ids = np.asarray(client_ids, dtype=np.int64)
+        ids = self._client_ids(client_ids)
         B = checks.positive_int("batch_size", batch_size)
         steps = checks.positive_int("steps", steps)
         checks.one_of("sampling", sampling, ("fixed", "poisson", "shuffle"))
@@ -124,7 +136,7 @@ class FederatedDataset:
 
     def test_index(self, client_ids):
         """Each client's test indices into ``test_x``, padded: (index (m, n_max), mask (m, n_max))."""
-        ids = np.asarray(client_ids, dtype=np.int64)
+        ids = self._client_ids(client_ids)
         sizes = self._test_sizes[ids]
         table = self._test_table[ids][:, :max(int(sizes.max()), 1)]
         mask = np.arange(table.shape[1])[None, :] < sizes[:, None]
@@ -132,7 +144,7 @@ class FederatedDataset:
 
     def test_batch(self, client_ids):
         """Every test example of each client, padded: (x (m, n_max, …), y (m, n_max), mask)."""
-        ids = np.asarray(client_ids, dtype=np.int64)
+        ids = self._client_ids(client_ids)
         sizes = self._test_sizes[ids]
         table = self._test_table[ids][:, :max(int(sizes.max()), 1)]
         mask = np.arange(table.shape[1])[None, :] < sizes[:, None]

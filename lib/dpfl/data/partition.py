@@ -54,8 +54,16 @@ def geyer_shards(labels, num_clients: int, rng: np.random.Generator, *, shard_si
     training images (the rest is their validation set), 2 per client — 500 per client, where the
     paper says 600 (use ``shard_size=300`` for that). For K > 100 clients the 100-client split is
     replicated K/100 times (so clients share data, as in their code)."""
+    labels = _labels(labels)
     num_clients = checks.positive_int("num_clients", num_clients)
-    base = min(num_clients, train_size // (shard_size * shards_per_client))
+    train_size = checks.positive_int("train_size", train_size)
+    if labels.size < train_size:
+        raise ValueError(f"labels holds {labels.size} images; geyer_shards takes the first train_size = "
+                         f"{train_size} (pass the whole training set, or a smaller train_size)")
+    base = min(num_clients, train_size // (checks.positive_int("shard_size", shard_size)
+                                            * checks.positive_int("shards_per_client", shards_per_client)))
+    if base < 1:
+        raise ValueError(f"train_size = {train_size} holds no client's {shards_per_client} shards of {shard_size}")
     if num_clients % base:
         raise ValueError(f"num_clients must be a multiple of {base} for the replicated split; got {num_clients}")
     parts = label_shards(labels, base, shards_per_client, shard_size, rng, indices=np.arange(train_size))

@@ -81,8 +81,26 @@ class ClientDPConfig:
         checks.positive_int("rounds", self.rounds)
         checks.one_of("stop_on", self.stop_on, ("guarantee", "paper"))
         checks.nonnegative("noise_multiplier", self.noise_multiplier)
-        if self.clip not in ("median", "adaptive"):
-            checks.positive("clip", self.clip)
+        if isinstance(self.clip, str):
+            checks.one_of("clip", self.clip, ("median", "adaptive"))
+        else:
+            try:
+                checks.positive("clip", self.clip)
+            except ValueError:
+                raise ValueError(f"clip must be a positive finite number, 'median' or 'adaptive'; "
+                                 f"got {self.clip!r}") from None
+        checks.positive("target_eps", self.target_eps)
+        if self.delta_budget is not None:
+            checks.in_range("delta_budget", self.delta_budget, 0, 1, lo_open=True, hi_open=True)
+        checks.positive_int("batch_size", self.batch_size)
+        checks.positive_int("local_steps", self.local_steps)
+        checks.nonnegative_int("seed", self.seed)
+        checks.nonnegative_int("checkpoint_every", self.checkpoint_every)
+        if self.chunk is not None:
+            checks.positive_int("chunk", self.chunk)
+        checks.in_range("target_quantile", self.target_quantile, 0, 1, lo_open=True, hi_open=True)
+        checks.positive("clip_lr", self.clip_lr)
+        checks.nonnegative("count_noise_std", self.count_noise_std)
         if self.local.dp:
             raise ValueError("local must be non-private (dp=False): client-level DP adds noise at the server")
         checks.positive_int("accumulations_per_round", self.accumulations_per_round)

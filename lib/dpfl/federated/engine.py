@@ -69,6 +69,8 @@ class RoundConfig:
         checks.in_range("alpha", self.alpha, 0, 1)
         checks.in_range("eta", self.eta, 0, 1)
         checks.positive_int("eval_every", self.eval_every)
+        checks.nonnegative_int("seed", self.seed)
+        checks.nonnegative_int("checkpoint_every", self.checkpoint_every)
         checks.nonnegative("lr_step", self.lr_step)
         checks.in_range("lr_gamma", self.lr_gamma, 0, 1, lo_open=True)
         if self.stop_at is not None:

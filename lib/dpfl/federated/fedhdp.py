@@ -82,8 +82,21 @@ class FedHDPConfig:
         checks.positive("personal_lr", self.personal_lr)
         checks.positive("clip_init", self.clip_init)
         checks.positive("count_noise_frac", self.count_noise_frac)
-        if self.lr_decay and len(self.lr_decay) != 2:
-            raise ValueError(f"lr_decay must be (factor, every_rounds); got {self.lr_decay!r}")
+        if self.lr_decay:
+            if len(self.lr_decay) != 2:
+                raise ValueError(f"lr_decay must be (factor, every_rounds); got {self.lr_decay!r}")
+            checks.in_range("lr_decay factor", self.lr_decay[0], 0, 1, lo_open=True)
+            checks.positive_int("lr_decay every_rounds", self.lr_decay[1])
+        checks.in_range("delta", self.delta, 0, 1, lo_open=True, hi_open=True)
+        checks.in_range("target_quantile", self.target_quantile, 0, 1, lo_open=True, hi_open=True)
+        checks.positive("clip_lr", self.clip_lr)
+        checks.positive_int("batch_size", self.batch_size)
+        checks.positive_int("local_steps", self.local_steps)
+        if self.personal_steps is not None:
+            checks.positive_int("personal_steps", self.personal_steps)
+        checks.positive_int("eval_every", self.eval_every)
+        checks.nonnegative_int("checkpoint_every", self.checkpoint_every)
+        checks.nonnegative_int("seed", self.seed)
 
 
 def train_fedhdp(model: Model, fd: FederatedDataset, groups, cfg: FedHDPConfig, *, server_test=None,
