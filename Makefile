@@ -59,8 +59,8 @@ bench: $(STAMP) ## speed and memory benchmarks (ratios against a baseline in the
 lab: $(STAMP) ## open the notebooks in JupyterLab
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
 
-clean: ## remove training checkpoints, partial notebooks and test caches (keeps .venv, figures and their cached runs)
-	rm -rf figures/*/cache/checkpoints figures/*/*.partial.ipynb figures/*/*.failed.ipynb .pytest_cache
+clean: ## remove training checkpoints, failed runs' staging directories and test caches (keeps .venv, figures and their cached runs)
+	rm -rf figures/*/cache/checkpoints figures/.staging .pytest_cache
 	find . -name __pycache__ -type d -prune -not -path './$(VENV)/*' -exec rm -rf {} +
 
 distclean: clean ## also remove .venv

@@ -70,6 +70,54 @@ def test_miniature_idx_files_and_checksum_failure(tmp_path):
     assert torch.equal(d.x, torch.from_numpy(x)) and d.y.tolist() == [7, 2, 1]
 
 
+def test_a_corrupt_decoded_cache_warns_with_its_path_and_is_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setenv("DPFL_CACHE", str(tmp_path / "cache"))
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    _idx_gz(raw / "t10k-images-idx3-ubyte.gz", np.zeros((2, 28, 28), np.uint8))
+    _idx_gz(raw / "t10k-labels-idx1-ubyte.gz", np.array([4, 9]))
+    load_dataset("mnist", "test", tmp_path, verify=False)
+    [npz] = list((tmp_path / "cache" / "data").glob("*.npz"))
+    npz.write_bytes(npz.read_bytes()[:40])                  # truncated: was a raw BadZipFile naming no file
+    with pytest.warns(UserWarning, match=f"{npz}.* unreadable"):
+        d = load_dataset("mnist", "test", tmp_path, verify=False)
+    assert d.y.tolist() == [4, 9]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                       # rebuilt whole: the next load is silent
+        assert load_dataset("mnist", "test", tmp_path, verify=False).y.tolist() == [4, 9]
+
+
+def test_source_of_says_which_copy_a_load_would_read(tmp_path):
+    from dpfl.data.datasets import source_of
+
+    assert source_of("cifar10", tmp_path) == "official"          # nothing here: would download the official
+    (tmp_path / "cifar10_jpeg").mkdir()
+    (tmp_path / "cifar10_jpeg" / "cifar10-images-jpeg.tar.gz").write_bytes(b"")
+    assert source_of("cifar10", tmp_path) == "CIFAR-10 (JPEG copy)"
+    assert source_of("mnist", tmp_path) == "official" and source_of("femnist", tmp_path) == "LEAF subset"
+
+
+def test_a_runs_cache_key_includes_the_data_source(tmp_path):
+    """The JPEG copy and the official CIFAR-10 give different results: their runs must not share a
+    cache entry (the device, which only says where a run computed, stays out of the key)."""
+    from dpfl.experiments.zheng2021 import ZhengRun
+    from dpfl.runs import config_hash
+
+    jpeg = tmp_path / "jpeg"
+    (jpeg / "cifar10_jpeg").mkdir(parents=True)
+    (jpeg / "cifar10_jpeg" / "cifar10-images-jpeg.tar.gz").write_bytes(b"")
+    official = tmp_path / "official"
+    (official / "cifar-10-batches-py").mkdir(parents=True)
+    for b in ["data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch"]:
+        (official / "cifar-10-batches-py" / b).write_bytes(b"")
+    on = lambda root, device="cpu": ZhengRun("cifar10", 1.0, 1.0, 16, 2, data_dir=str(root), device=device)
+    assert on(jpeg).data_source == "CIFAR-10 (JPEG copy)" and on(official).data_source == "official"
+    assert config_hash(on(jpeg)) != config_hash(on(official))
+    assert config_hash(on(jpeg, "cuda")) == config_hash(on(jpeg, "cpu"))
+    mnist = ZhengRun("mnist", 1.0, 1.0, 16, 2, data_dir=str(jpeg))
+    assert mnist.data_source is None                                # MNIST: official only; old keys kept
+
+
 def test_miniature_cifar_pickle_batches(tmp_path):
     folder = tmp_path / "cifar-10-batches-py"
     folder.mkdir()

@@ -19,12 +19,17 @@ def test_bad_parameters_name_the_parameter(tmp_path, kwargs, name):
         setup("x", out_dir=tmp_path, **kwargs)
 
 
-def test_missing_data_dir_when_needed(tmp_path, monkeypatch):
+def test_data_dir_defaults_to_dpfl_data_then_the_default_root(tmp_path, monkeypatch):
+    """No DPFL_DATA is not an error (make reproduce on a fresh machine): the loaders look in the
+    default root, download where a network exists and otherwise name the missing files."""
     monkeypatch.delenv("DPFL_DATA", raising=False)
-    with pytest.raises(ValueError, match="^data_dir is not set"):
-        setup("x", profile="smoke", out_dir=tmp_path, needs_data=True)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    nb = setup("x", profile="smoke", out_dir=tmp_path / "o")
+    assert nb.data_dir == tmp_path / "home" / ".cache" / "dpfl" / "data"
+    assert nb.cache_dir == (tmp_path / "o" / "cache").resolve()
     monkeypatch.setenv("DPFL_DATA", str(tmp_path))
-    assert setup("x", profile="smoke", out_dir=tmp_path / "o", needs_data=True).data_dir == tmp_path
+    nb = setup("x", profile="smoke", out_dir=tmp_path / "o", cache_dir=tmp_path / "c")
+    assert (nb.data_dir, nb.cache.root) == (tmp_path, (tmp_path / "c").resolve())
 
 
 def test_outputs_profiles_and_generators(tmp_path):
@@ -43,3 +48,22 @@ def test_outputs_profiles_and_generators(tmp_path):
     assert list(table.kind) == ["formula", "property", "reproduced"]
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["comparisons.csv", "comparisons.md", "f.pdf", "f.png", "t.csv", "t.md"]
+
+
+def test_a_caveat_goes_into_the_file_name_and_the_title(tmp_path):
+    """A figure or table from a reconstruction or a stand-in dataset says so in its name and title
+    (issue #14: FedHDP's Fig. 5 did not; Kim's Table 1 was named like the paper's)."""
+    nb = setup("x", profile="smoke", out_dir=tmp_path)
+    fig, ax = plt.subplots()
+    ax.set_title("Fig. 5")
+    assert nb.savefig(fig, "fig5", caveat="reconstruction").name == "fig5_reconstruction.png"
+    assert "[reconstruction]" in fig._suptitle.get_text()
+    fig, ax = plt.subplots()
+    ax.set_title("Fig. 4.3 — CIFAR-10 (JPEG copy)")                     # already said: left as it is
+    assert nb.savefig(fig, "fig4_3", caveat="CIFAR-10 (JPEG copy)").name == "fig4_3_cifar-10-jpeg-copy.png"
+    assert fig._suptitle is None
+    path = nb.save_table(pd.DataFrame({"a": [1]}), "table1", caveat="reconstruction")
+    assert path.name == "table1_reconstruction.csv"
+    assert (tmp_path / "table1_reconstruction.md").read_text().startswith("*table1_reconstruction — reconstruction*")
+    with pytest.raises(ValueError, match="caveat"):
+        nb.save_table(pd.DataFrame({"a": [1]}), "t", caveat=" ")

@@ -86,18 +86,73 @@ def test_failed_compute_leaves_nothing_behind(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_interrupted_grid_resumes_where_it_stopped(tmp_path):
+def test_one_failed_run_does_not_cost_the_grid(tmp_path):
     cache = runs.Cache(tmp_path)
     grid = [Square(1.0), Square(2.0), Square(3.0, fail=True), Square(4.0)]
-    with pytest.raises(RuntimeError):
+    with pytest.raises(runs.RunsFailed, match=r"1 of 4 runs failed.*\n.*Square-.*RuntimeError: interrupted") as err:
+        runs.run_many(grid, cache, progress=False)
+    assert list(err.value.failures) == [grid[2]]
+    assert CALLS == [1.0, 2.0, 3.0, 4.0]                       # the run after the failure still ran
+    assert [cache.load(c) is not None for c in grid] == [True, True, False, True]
+
+
+@dataclasses.dataclass(frozen=True)
+class Interrupted(Square):
+    def compute(self):
+        CALLS.append(self.x)
+        if self.fail:
+            raise KeyboardInterrupt
+        return {"y": self.x ** 2}
+
+
+def test_interrupted_grid_resumes_where_it_stopped(tmp_path):
+    cache = runs.Cache(tmp_path)
+    grid = [Interrupted(1.0), Interrupted(2.0), Interrupted(3.0, fail=True), Interrupted(4.0)]
+    with pytest.raises(KeyboardInterrupt):                      # Ctrl-C stops the grid at once
         runs.run_many(grid, cache, progress=False)
     assert CALLS == [1.0, 2.0, 3.0]
     CALLS.clear()
-    grid[2] = Square(3.0)
+    grid[2] = Interrupted(3.0)
     results = runs.run_many(grid, cache, progress=False)
     assert CALLS == [3.0, 4.0]
     assert [r.value["y"] for r in results] == [1.0, 4.0, 9.0, 16.0]
     assert [r.cached for r in results] == [True, True, False, False]
+
+
+@pytest.mark.parametrize("garbage", [b"", b"not a pickle", b"\x80\x05\x95truncated"])
+def test_a_corrupt_cache_entry_warns_with_its_path_and_is_recomputed(tmp_path, garbage):
+    cache = runs.Cache(tmp_path)
+    grid = [Square(1.0), Square(2.0)]
+    runs.run_many(grid, cache, progress=False)
+    cache.path(grid[0]).write_bytes(garbage)                   # was: a raw UnpicklingError naming no file
+    CALLS.clear()
+    with pytest.warns(runs.CorruptCacheWarning, match=str(cache.path(grid[0]))):
+        results = runs.run_many(grid, cache, progress=False)
+    assert CALLS == [1.0] and [r.value["y"] for r in results] == [1.0, 4.0]
+    assert cache.load(grid[0]).value == {"y": 1.0}               # rewritten whole
+
+
+@dataclasses.dataclass(frozen=True)
+class WithSource:
+    x: float
+    source: str = dataclasses.field(default="official", metadata={"hash": "unless-default"})
+
+    def compute(self):
+        return self.x
+
+
+def test_a_field_hashed_unless_default_keeps_old_hashes_and_separates_new_values():
+    @dataclasses.dataclass(frozen=True)
+    class WithSource:                                            # the same class before the field existed
+        x: float
+
+        def compute(self):
+            return self.x
+
+    WithSource.__qualname__ = "WithSource"                      # same name, module and version
+    before = runs.config_hash(WithSource(1.0))
+    assert runs.config_hash(globals()["WithSource"](1.0)) == before
+    assert runs.config_hash(globals()["WithSource"](1.0, "jpeg")) != before
 
 
 def test_run_many_with_an_executor(tmp_path):

@@ -1,9 +1,11 @@
 """What every paper notebook does first: validate its parameters and set up its outputs.
 
 A notebook's parameters cell (tagged ``parameters`` for papermill) holds ``profile``, ``device``,
-``seed``, ``data_dir`` and ``out_dir``; the next cell calls :func:`setup`, which checks them and
-returns a :class:`Notebook` that writes figures, tables, cached runs and the paper-vs-ours
-comparisons into ``out_dir`` (``figures/<paper-id>/``).
+``seed``, ``data_dir``, ``out_dir`` and ``cache_dir``; the next cell calls :func:`setup`, which
+checks them and returns a :class:`Notebook` that writes figures, tables and the paper-vs-ours
+comparisons into ``out_dir`` (``figures/<paper-id>/``) and cached runs into ``cache_dir``
+(default ``out_dir/cache``; ``dpfl.reproduce`` writes a run into a staging directory and keeps
+the cache in ``figures/<paper-id>/cache``, so that a failed run changes no figure).
 
 Profiles: ``smoke`` (seconds on a 2-core CPU; what CI runs), ``quick`` (at most ~15 minutes on a
 laptop CPU), ``paper`` (the paper's full settings).
@@ -49,7 +51,8 @@ class Notebook:
     seed: int
     device: str
     out_dir: Path
-    data_dir: Path | None
+    data_dir: Path
+    cache_dir: Path
     comparisons: list = dataclasses.field(default_factory=list)
 
     # -- parameters ---------------------------------------------------------------------------
@@ -64,7 +67,7 @@ class Notebook:
     # -- cached experiments -------------------------------------------------------------------
     @property
     def cache(self) -> runs.Cache:
-        return runs.Cache(self.out_dir / "cache")
+        return runs.Cache(self.cache_dir)
 
     def run(self, config) -> runs.Result:
         """``dpfl.runs.run`` into this notebook's cache."""
@@ -75,18 +78,30 @@ class Notebook:
         return runs.run_many(configs, self.cache, **kwargs)
 
     # -- outputs ------------------------------------------------------------------------------
-    def savefig(self, fig, name: str) -> Path:
-        """Write ``fig`` as ``<name>.png`` and ``<name>.pdf`` into ``out_dir``, atomically."""
+    def savefig(self, fig, name: str, *, caveat: str | None = None) -> Path:
+        """Write ``fig`` as ``<name>.png`` and ``<name>.pdf`` into ``out_dir``, atomically.
+
+        ``caveat``: what the figure rests on instead of the paper's own setting — ``"reconstruction"``
+        (a lost formula or parameter re-derived) or a stand-in dataset's label (``Dataset.source``,
+        e.g. "CIFAR-10 (JPEG copy)"). It is added to the file name (``<name>_<caveat>``) and, unless a
+        title already says it, to the figure's title, so the figure cannot pass for the paper's."""
+        name = _with_caveat(name, caveat)
+        if caveat and not any(caveat in t for t in _titles(fig)):
+            current = fig._suptitle.get_text() if fig._suptitle is not None else ""
+            fig.suptitle(f"{current} [{caveat}]" if current else f"[{caveat}]")
         for ext in ("png", "pdf"):
             with atomic_path(self.out_dir / f"{name}.{ext}") as tmp:
                 fig.savefig(tmp, format=ext)
         return self.out_dir / f"{name}.png"
 
-    def save_table(self, table, name: str, *, floatfmt: str = ".4g") -> Path:
-        """Write a DataFrame as ``<name>.csv`` and ``<name>.md`` into ``out_dir``, atomically."""
+    def save_table(self, table, name: str, *, caveat: str | None = None, floatfmt: str = ".4g") -> Path:
+        """Write a DataFrame as ``<name>.csv`` and ``<name>.md`` into ``out_dir``, atomically;
+        ``caveat`` as in :meth:`savefig` (file name, and a caption line in the ``.md``)."""
+        name = _with_caveat(name, caveat)
         with atomic_path(self.out_dir / f"{name}.csv") as tmp:
             table.to_csv(tmp, index=False)
-        write_text(self.out_dir / f"{name}.md", table.to_markdown(index=False, floatfmt=floatfmt) + "\n")
+        caption = f"*{name} — {caveat}*\n\n" if caveat else ""
+        write_text(self.out_dir / f"{name}.md", caption + table.to_markdown(index=False, floatfmt=floatfmt) + "\n")
         return self.out_dir / f"{name}.csv"
 
     # -- paper versus ours --------------------------------------------------------------------
@@ -117,28 +132,40 @@ class Notebook:
         return table
 
 
+def _with_caveat(name: str, caveat: str | None) -> str:
+    if caveat is None:
+        return name
+    if not isinstance(caveat, str) or not caveat.strip():
+        raise ValueError(f"caveat must be a non-empty string or None; got {caveat!r}")
+    return f"{name}_{re.sub(r'[^a-z0-9]+', '-', caveat.lower()).strip('-')}"
+
+
+def _titles(fig) -> list[str]:
+    texts = [fig._suptitle.get_text()] if fig._suptitle is not None else []
+    return texts + [ax.get_title(loc) for ax in fig.axes for loc in ("center", "left", "right")]
+
+
 def setup(paper: str, *, profile: str, device: str = "auto", seed: int = 0, data_dir=None,
-          out_dir=None, needs_data: bool = False) -> Notebook:
+          out_dir=None, cache_dir=None) -> Notebook:
     """Check a notebook's parameters and return its :class:`Notebook`.
 
-    ``data_dir`` defaults to ``$DPFL_DATA``; a directory that is given but missing is an error,
-    and so is no directory at all when ``needs_data``. ``out_dir`` defaults to
-    ``../figures/<paper>`` (right when the notebook runs from ``notebooks/``).
+    ``data_dir`` defaults to ``$DPFL_DATA``, else ``~/.cache/dpfl/data`` (``dpfl.data.data_root``:
+    the loaders download there where a network exists and otherwise name the missing files); a
+    directory that is given but missing is an error. ``out_dir`` defaults to ``../figures/<paper>``
+    (right when the notebook runs from ``notebooks/``), ``cache_dir`` to ``out_dir/cache``.
     """
+    from dpfl.data.datasets import data_root
+
     checks.one_of("profile", profile, PROFILES)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer; got {seed!r}")
     device = resolve_device(device)
-    data_dir = data_dir or os.environ.get("DPFL_DATA") or None
-    if data_dir is not None:
-        data_dir = Path(data_dir).expanduser()
-        if not data_dir.is_dir():
-            raise ValueError(f"data_dir {str(data_dir)!r} is not an existing directory; point "
-                             "DPFL_DATA (or the data_dir parameter) at the datasets folder")
-    elif needs_data:
-        raise ValueError("data_dir is not set: this notebook needs datasets; set DPFL_DATA or "
-                         "pass data_dir (see README, 'Data')")
+    given = data_dir or os.environ.get("DPFL_DATA") or None
+    if given is not None and not Path(given).expanduser().is_dir():
+        raise ValueError(f"data_dir {str(given)!r} is not an existing directory; point "
+                         "DPFL_DATA (or the data_dir parameter) at the datasets folder")
     out = Path(out_dir) if out_dir else Path("..") / "figures" / paper
     out.mkdir(parents=True, exist_ok=True)
+    cache = Path(cache_dir) if cache_dir else out / "cache"
     reporting.apply_plot_style()
-    return Notebook(paper, profile, int(seed), device, out.resolve(), data_dir)
+    return Notebook(paper, profile, int(seed), device, out.resolve(), data_root(given), cache.resolve())

@@ -142,7 +142,7 @@ def write_report(figures_dir) -> Path:
     """Collect every ``figures/<paper>/comparisons.csv`` (and ``RUN.json``) into ``REPORT.md``."""
     figures_dir = Path(figures_dir)
     sections, summary, tables = [], [], []
-    for paper_dir in sorted(p for p in figures_dir.iterdir() if p.is_dir()):
+    for paper_dir in sorted(p for p in figures_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
         csv = paper_dir / "comparisons.csv"
         if not csv.exists():
             continue

@@ -3,16 +3,21 @@
     python -m dpfl.reproduce                       # every notebook, profile "paper"
     python -m dpfl.reproduce asoodeh2020 --profile smoke
 
-For each notebook: execute it with the parameters ``profile``, ``device``, ``seed``, ``data_dir``
-and ``out_dir`` (= ``figures/<paper-id>/``), keep the executed copy there, record ``RUN.json``
-(provenance and wall time); then write ``figures/REPORT.md`` from every paper's comparisons.
-A failing cell stops the run with the notebook, the cell and the error named (exit status 1).
+For each notebook: execute it with the parameters ``profile``, ``device``, ``seed``, ``data_dir``,
+``out_dir`` and ``cache_dir`` into a staging directory (``figures/.staging/<paper-id>/``), with its
+cached runs in ``figures/<paper-id>/cache`` (kept across runs, so an interrupted grid resumes);
+when it succeeds, record ``RUN.json`` (provenance and wall time) and swap the staging directory in
+as ``figures/<paper-id>/``. A notebook that fails changes nothing in ``figures/<paper-id>/``: its
+executed copy with the traceback stays in the staging directory, the other notebooks still run,
+and at the end every failure is listed with its reason and the exit status is 1. Then
+``figures/REPORT.md`` is written from every paper's comparisons.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -49,10 +54,47 @@ class NotebookFailed(RuntimeError):
     """A notebook cell raised; the message names the notebook, the cell and the error."""
 
 
+def _staging(figures_dir, paper: str) -> Path:
+    return Path(figures_dir).resolve() / ".staging" / paper
+
+
+def recover(figures_dir, paper: str) -> None:
+    """Finish a swap that was interrupted (see :func:`swap_in`): put back the outputs and cache of
+    ``figures/<paper>/`` from ``figures/.staging/<paper>.old`` where they are missing."""
+    final = Path(figures_dir).resolve() / paper
+    old = _staging(figures_dir, paper).with_name(paper + ".old")
+    if not old.exists():
+        return
+    if not final.exists():
+        os.replace(old, final)
+        return
+    if (old / "cache").exists() and not (final / "cache").exists():
+        os.replace(old / "cache", final / "cache")
+    shutil.rmtree(old)
+
+
+def swap_in(staging: Path, final: Path) -> None:
+    """Make ``staging`` (a finished run's outputs) the new ``final``, keeping ``final/cache``.
+
+    Three renames: ``final`` → ``<staging>.old``, ``staging`` → ``final``, the old cache into the
+    new ``final``; :func:`recover` completes the sequence if it is interrupted."""
+    old = staging.with_name(staging.name + ".old")
+    if old.exists():
+        shutil.rmtree(old)
+    if final.exists():
+        os.replace(final, old)
+    os.replace(staging, final)
+    if (old / "cache").exists() and not (final / "cache").exists():
+        os.replace(old / "cache", final / "cache")
+    if old.exists():
+        shutil.rmtree(old)
+
+
 def run_notebook(paper: str, *, profile: str, notebooks_dir="notebooks", figures_dir="figures",
                  device: str = "auto", seed: int = 0, data_dir=None, note: str = "", log=print) -> dict:
-    """Execute one paper notebook; return its ``RUN.json`` record (``note``, when given, is kept there
-    and shown in REPORT.md). Raises :class:`NotebookFailed`."""
+    """Execute one paper notebook into a staging directory and swap it into ``figures/<paper>/``
+    when it succeeds; return its ``RUN.json`` record (``note``, when given, is kept there and shown
+    in REPORT.md). Raises :class:`NotebookFailed`, leaving ``figures/<paper>/`` as it was."""
     import papermill
 
     checks.one_of("paper", paper, NOTEBOOKS)
@@ -60,30 +102,34 @@ def run_notebook(paper: str, *, profile: str, notebooks_dir="notebooks", figures
     source = Path(notebooks_dir) / NOTEBOOKS[paper]
     if not source.exists():
         raise FileNotFoundError(f"{source} does not exist (notebook for {paper!r} not written yet)")
-    out_dir = (Path(figures_dir) / paper).resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    executed = out_dir / source.name
-    partial = out_dir / (source.stem + ".partial.ipynb")
+    recover(figures_dir, paper)
+    final = (Path(figures_dir) / paper).resolve()
+    staging = _staging(figures_dir, paper)
+    if staging.exists():
+        shutil.rmtree(staging)                       # what a failed or interrupted run left
+    staging.mkdir(parents=True)
+    executed = staging / source.name
     parameters = {"profile": profile, "device": device, "seed": seed,
-                  "data_dir": str(data_dir) if data_dir else None, "out_dir": str(out_dir)}
+                  "data_dir": str(data_dir) if data_dir else None, "out_dir": str(staging),
+                  "cache_dir": str(final / "cache")}
     start = time.perf_counter()
     try:
         papermill.execute_notebook(
-            str(source), str(partial), parameters=parameters, cwd=str(source.parent.resolve()),
+            str(source), str(executed), parameters=parameters, cwd=str(source.parent.resolve()),
             kernel_name="python3", progress_bar=sys.stderr.isatty(), log_output=False)
     except papermill.PapermillExecutionError as err:
-        failed = out_dir / (source.stem + ".failed.ipynb")
-        os.replace(partial, failed)
+        failed = executed.with_name(source.stem + ".failed.ipynb")
+        os.replace(executed, failed)
         raise NotebookFailed(
             f"{source} failed in cell {err.cell_index} (execution count {err.exec_count}): "
-            f"{err.ename}: {err.evalue}\n  executed copy with the traceback: {failed}") from None
-    os.replace(partial, executed)
-    (out_dir / (source.stem + ".failed.ipynb")).unlink(missing_ok=True)
+            f"{err.ename}: {err.evalue}\n  executed copy with the traceback: {failed}\n"
+            f"  {final} is unchanged") from None
     wall = time.perf_counter() - start
     record = provenance(paper=paper, notebook=str(source), profile=profile, seed=seed,
                         device=resolve_device(device), wall_time_s=round(wall, 1), **({"note": note} if note else {}))
-    write_text(out_dir / "RUN.json", json.dumps(record, indent=2) + "\n")
-    log(f"      done in {wall:.1f} s → {out_dir}")
+    write_text(staging / "RUN.json", json.dumps(record, indent=2) + "\n")
+    swap_in(staging, final)
+    log(f"      done in {wall:.1f} s → {final}")
     return record
 
 
@@ -113,6 +159,7 @@ def main(argv=None) -> int:
     if explicit and len(available) < len(papers):
         return 2
     start = time.perf_counter()
+    failures = {}
     for k, paper in enumerate(available, 1):
         profile = effective_profile(paper, args.profile, args.device, args.cpu_paper)
         if profile != args.profile:
@@ -126,10 +173,16 @@ def main(argv=None) -> int:
                          figures_dir=args.figures_dir, device=args.device, seed=args.seed,
                          data_dir=args.data_dir)
         except NotebookFailed as err:
-            print(f"FAILED: {err}", file=sys.stderr)
-            return 1
+            failures[paper] = str(err)
+            print(f"      FAILED (the other notebooks still run): {err}", file=sys.stderr, flush=True)
     report = reporting.write_report(Path(args.figures_dir))
     print(f"wrote {report} ({time.perf_counter() - start:.1f} s in all)")
+    if failures:
+        print(f"\n{len(failures)} of {len(available)} notebook(s) failed; their figures are unchanged:",
+              file=sys.stderr)
+        for paper, reason in failures.items():
+            print(f"  {paper}: {reason}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -10,7 +10,9 @@ environment (or pass ``force=True``) to recompute.
 A config class may set ``code_version: ClassVar[int]``; bump it when ``compute`` changes meaning,
 so that old cached results are no longer matched. Fields that say where things are rather than
 what is computed (a data directory, a progress flag) take ``metadata={"hash": False}`` and stay
-out of the hash.
+out of the hash. A field added later whose default reproduces the old results takes
+``metadata={"hash": "unless-default"}``: it enters the hash only when set to something else, so
+the results cached before it existed stay matched.
 
 >>> from dataclasses import dataclass
 >>> @dataclass(frozen=True)
@@ -33,6 +35,7 @@ import json
 import os
 import pickle
 import time
+import warnings
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -40,7 +43,22 @@ from typing import Any, Iterable, Sequence
 from dpfl.io import atomic_path, write_text
 from dpfl.provenance import provenance
 
-__all__ = ["Cache", "Result", "config_hash", "run", "run_many", "default_cache"]
+__all__ = ["Cache", "Result", "config_hash", "run", "run_many", "default_cache", "CorruptCacheWarning",
+           "RunsFailed"]
+
+
+class CorruptCacheWarning(UserWarning):
+    """A cached result could not be read; it is recomputed."""
+
+
+class RunsFailed(RuntimeError):
+    """Some runs of a grid raised; the others finished and are cached. ``failures`` maps each
+    failed config to its exception."""
+
+    def __init__(self, failures: dict, total: int):
+        self.failures = failures
+        lines = [f"  {type(c).__name__}-{config_hash(c)}: {type(e).__name__}: {e}" for c, e in failures.items()]
+        super().__init__(f"{len(failures)} of {total} runs failed (the others are cached):\n" + "\n".join(lines))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,8 +73,7 @@ class Result:
 
 def _jsonable(obj):
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)
-                if f.metadata.get("hash", True)}
+        return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj) if _hashed(obj, f)}
     if isinstance(obj, enum.Enum):
         return obj.value
     if isinstance(obj, (list, tuple)):
@@ -69,6 +86,13 @@ def _jsonable(obj):
         return obj
     raise TypeError(f"config field of type {type(obj).__name__} cannot be hashed; "
                     "use numbers, strings, tuples, enums or nested frozen dataclasses")
+
+
+def _hashed(obj, field) -> bool:
+    rule = field.metadata.get("hash", True)
+    if rule == "unless-default":
+        return getattr(obj, field.name) != field.default
+    return bool(rule)
 
 
 def _check_config(config) -> None:
@@ -103,12 +127,20 @@ class Cache:
         return self.root / f"{type(config).__name__}-{config_hash(config)}.pkl"
 
     def load(self, config) -> Result | None:
+        """The cached result, or None when absent. An unreadable entry (truncated, corrupted, or
+        pickled by code that no longer exists) warns :class:`CorruptCacheWarning` with its path and
+        counts as absent, so it is recomputed and overwritten."""
         path = self.path(config)
         if not path.exists():
             return None
-        with path.open("rb") as fh:
-            stored = pickle.load(fh)
-        return Result(config, stored["value"], stored["provenance"], cached=True)
+        try:
+            with path.open("rb") as fh:
+                stored = pickle.load(fh)
+            return Result(config, stored["value"], stored["provenance"], cached=True)
+        except Exception as err:  # noqa: BLE001 — whatever unpickling raises, the entry is unusable
+            warnings.warn(f"cached result {path} is unreadable ({type(err).__name__}: {err}); "
+                          "recomputing it", CorruptCacheWarning, stacklevel=2)
+            return None
 
     def store(self, result: Result) -> Path:
         path = self.path(result.config)
@@ -164,7 +196,9 @@ def run_many(configs: Iterable, cache: Cache | None = None, *, executor: Executo
     """Run a grid of configs; cached ones are reused, so an interrupted grid resumes.
 
     ``executor`` is any ``concurrent.futures.Executor`` (a process pool, or a cluster executor
-    with the same interface); results are written by this process as they arrive.
+    with the same interface); results are written by this process as they arrive. A run that
+    raises does not stop the others: they finish and are cached, then :class:`RunsFailed` lists
+    every failure (an unreadable cache entry is recomputed, see :meth:`Cache.load`).
     """
     configs: Sequence = list(configs)
     for config in configs:
@@ -173,12 +207,17 @@ def run_many(configs: Iterable, cache: Cache | None = None, *, executor: Executo
     force = _force_from_env() if force is None else force
     results: list[Result | None] = [None if force else cache.load(c) for c in configs]
     todo = [i for i, r in enumerate(results) if r is None]
+    failures: dict = {}
     bar = _progress(len(todo), progress, f"{len(configs) - len(todo)} cached")
     try:
         if executor is None:
             for i in todo:
-                results[i] = _compute(configs[i])
-                cache.store(results[i])
+                try:
+                    results[i] = _compute(configs[i])
+                except Exception as err:  # noqa: BLE001 — one failed run must not cost the grid
+                    failures[configs[i]] = err
+                else:
+                    cache.store(results[i])
                 bar.update(1)
         else:
             futures = {executor.submit(_compute, configs[i]): i for i in todo}
@@ -186,11 +225,17 @@ def run_many(configs: Iterable, cache: Cache | None = None, *, executor: Executo
 
             for fut in as_completed(futures):
                 i = futures[fut]
-                results[i] = fut.result()
-                cache.store(results[i])
+                try:
+                    results[i] = fut.result()
+                except Exception as err:  # noqa: BLE001
+                    failures[configs[i]] = err
+                else:
+                    cache.store(results[i])
                 bar.update(1)
     finally:
         bar.close()
+    if failures:
+        raise RunsFailed(failures, len(configs))
     return results  # type: ignore[return-value]
 
 

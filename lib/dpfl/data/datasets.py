@@ -35,7 +35,7 @@ import torch
 from dpfl import checks
 from dpfl.io import atomic_path
 
-__all__ = ["Dataset", "load_dataset", "DATASETS", "NORMALISATION", "data_root", "cache_dir",
+__all__ = ["Dataset", "load_dataset", "source_of", "DATASETS", "NORMALISATION", "data_root", "cache_dir",
            "DatasetMissing"]
 
 DATASETS = ("mnist", "fashion_mnist", "cifar10", "femnist")
@@ -141,14 +141,32 @@ def load_dataset(name: str, split: str = "train", root=None, *, verify: bool = T
     return loader(name, split, root, verify)
 
 
+def source_of(name: str, root=None) -> str:
+    """Which copy of ``name`` :func:`load_dataset` would read from ``root``, without reading it:
+    the ``.source`` its :class:`Dataset` will carry ("official", "CIFAR-10 (JPEG copy)", or for
+    FEMNIST "TFF federated EMNIST" / "LEAF subset"). Results computed on different copies differ,
+    so an experiment's cache key includes this (``dpfl.experiments.zheng2021.ZhengRun``)."""
+    checks.one_of("name", name, DATASETS)
+    root = data_root(root)
+    if name == "cifar10" and _find_cifar_batches(root) is None and (root / _CIFAR_JPEG[0]).exists():
+        return "CIFAR-10 (JPEG copy)"
+    if name == "femnist":
+        return ("TFF federated EMNIST" if all((root / f).exists() for f in _FEMNIST_TFF) else "LEAF subset")
+    return "official"
+
+
 # -- cache ----------------------------------------------------------------------------------------
 
 def _cached(key: str, build):
     """Arrays from ``cache_dir()/key.npz``, else ``build()`` written there atomically."""
     path = cache_dir() / f"{key}.npz"
     if path.exists():
-        with np.load(path, allow_pickle=False) as stored:
-            return {k: stored[k] for k in stored.files}
+        try:
+            with np.load(path, allow_pickle=False) as stored:
+                return {k: stored[k] for k in stored.files}
+        except Exception as err:  # noqa: BLE001 — truncated or corrupted: decode the source again
+            warnings.warn(f"the decoded dataset cache {path} is unreadable ({type(err).__name__}: {err}); "
+                          "decoding the source files again", stacklevel=3)
     arrays = build()
     try:
         with atomic_path(path) as tmp, open(tmp, "wb") as fh:

@@ -23,6 +23,7 @@ import pandas as pd
 from dpfl import checks
 from dpfl.accounting import gdp
 from dpfl.data import FederatedDataset, load_dataset, partition
+from dpfl.data.datasets import source_of
 from dpfl.federated.engine import RoundConfig, train
 from dpfl.federated.local import LocalConfig
 from dpfl.federated.sampling import PoissonClients
@@ -105,6 +106,10 @@ class ZhengRun:
     augment: bool = True
     eval_every: int = 1
     seed: int = 0
+    #: which copy of the data (``dpfl.data.datasets.source_of``), found from ``data_dir`` when not given:
+    #: CIFAR-10's official files and its JPEG copy give different results, so it is part of the hash
+    #: (MNIST has only the official files: None, as before the field existed)
+    data_source: str | None = dataclasses.field(default=None, metadata={"hash": "unless-default"})
     device: str = dataclasses.field(default="cpu", metadata={"hash": False})
     data_dir: str | None = dataclasses.field(default=None, metadata={"hash": False})
     checkpoint_dir: str | None = dataclasses.field(default=None, metadata={"hash": False})
@@ -118,6 +123,8 @@ class ZhengRun:
         checks.positive_int("batch_size", self.batch_size)
         checks.positive_int("rounds", self.rounds)
         checks.positive_int("num_clients", self.num_clients)
+        if self.dataset == "cifar10" and self.data_source is None:
+            object.__setattr__(self, "data_source", source_of("cifar10", self.data_dir))
 
     @property
     def n(self) -> int:
@@ -135,7 +142,11 @@ class ZhengRun:
     def federated_data(self) -> FederatedDataset:
         if self.dataset == "mnist":
             return federated_mnist(self.num_clients, self.seed, self.data_dir)
-        return federated_cifar10(self.num_clients, self.seed, self.data_dir)[0]
+        fd = federated_cifar10(self.num_clients, self.seed, self.data_dir)[0]
+        if fd.source != self.data_source:
+            raise ValueError(f"data_source is {self.data_source!r} but {self.data_dir} holds {fd.source!r}; "
+                             "leave data_source unset to take what data_dir holds")
+        return fd
 
     def round_config(self) -> RoundConfig:
         private = self.sigma is not None
