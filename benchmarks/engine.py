@@ -5,7 +5,11 @@
 (b) one round of C clients (K DP-SGD steps each) trained by ``local_train`` vs the authors' way:
     a Python loop over clients, each with its own Opacus ``GradSampleModule`` + ``DPOptimizer``;
 (c) memory per client: peak resident memory of a fresh process training a round of C clients,
-    as a difference between two C (on a GPU: ``torch.cuda.max_memory_allocated``).
+    as a difference between two C (on a GPU: ``torch.cuda.max_memory_allocated``);
+(d) kernel launches per round: the ATen operations (each one kernel launch on a GPU) and the random
+    draws of one round of C clients, counted with a ``TorchDispatchMode``, against the per-tensor draw
+    pattern the engine had before (8 ``randn`` for the noise + 2 × (full, bernoulli, div) for the
+    dropout masks, per client and step).
 Writes ``benchmarks/RESULTS.md`` with the machine's details. Run: ``make bench``.
 """
 from __future__ import annotations
@@ -128,6 +132,53 @@ print(json.dumps(peak))
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+class _CountOps:
+    """Counts the ATen operations run inside it (below vmap: the batched kernels a GPU would launch)."""
+
+    RNG = ("randn", "rand", "bernoulli", "normal", "uniform", "randint")
+
+    def __enter__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counter = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                name = func.__name__.split(".")[0]
+                counter.ops += 1
+                counter.rng += any(name.startswith(r) for r in counter.RNG)
+                return func(*args, **(kwargs or {}))
+
+        self.ops = self.rng = 0
+        self._mode = Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._mode.__exit__(*exc)
+
+
+def launches_per_round(clients=10, steps=2, batch=16) -> dict:
+    """ATen ops and random draws of one DP-SGD round of ``clients`` MnistCNN clients, now and with the
+    previous per-tensor draws (replayed: the same shapes drawn tensor by tensor)."""
+    cfg = LocalConfig(dp=True, noise_multiplier=2.0)
+    stacked, x, y = _setup(MNIST_CNN, clients, steps, batch)
+    with _CountOps() as now:
+        local_train(MNIST_CNN, cfg, stacked, init_state(stacked, cfg), x, y,
+                    client_generators(0, 0, range(clients), device=DEVICE), chunk=clients)   # the GPU path
+    shapes = [v.shape[1:] for v in stacked.values()]
+    with _CountOps() as before:                                 # the old draws of one round, replayed
+        for g in client_generators(0, 0, range(clients), device=DEVICE):
+            for _ in range(steps):
+                for shape in shapes:
+                    torch.randn(shape, generator=g, device=DEVICE)
+                for _ in range(2):                               # the two dropout masks
+                    keep = torch.full((batch, 192), 0.75, device=DEVICE)
+                    torch.bernoulli(keep, generator=g).div(0.75)
+    old_total = now.ops - now.rng + before.ops                   # the rest of the round is unchanged
+    return {"ops_now": now.ops, "rng_now": now.rng, "ops_before": old_total, "rng_before": before.rng}
+
+
 def main():
     torch.manual_seed(0)
     rows = []
@@ -145,6 +196,7 @@ def main():
     m_small, m_large = _peak_memory(small), _peak_memory(large)
     per_client = (m_large - m_small) / (large - small)
     table = pd.DataFrame(rows, columns=["what", "baseline (s)", "measured (s)", "ratio", "goal"])
+    counts = launches_per_round()
     text = (f"# Engine benchmarks\n\n{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
             f"commit {git_commit()[:12]}, {device_name()}, {platform.processor() or platform.machine()}, "
             f"torch {torch.__version__}, {torch.get_num_threads()} threads.\n\n"
@@ -156,7 +208,13 @@ def main():
               f"{'GPU max_memory_allocated' if DEVICE == 'cuda' else 'CPU peak RSS, VmHWM'}): {m_small:.0f} MiB at "
               f"{small} clients, {m_large:.0f} MiB at {large} clients → {per_client:.1f} MiB per client "
               "(parameters, Adam moments, the round's data and the result; on a CPU clients are trained one "
-              "at a time, so per-sample work does not grow with C).\n")
+              "at a time, so per-sample work does not grow with C).\n"
+              f"\n(d) one round of 10 MnistCNN clients in one vmapped call (the GPU path), 2 DP-SGD steps of B=16: "
+              f"{counts['ops_now']} ATen operations "
+              f"(kernel launches on a GPU), {counts['rng_now']} of them random draws; with the previous per-tensor "
+              f"draws {counts['ops_before']} operations, {counts['rng_before']} draws "
+              f"(×{counts['rng_before'] / max(counts['rng_now'], 1):.0f} fewer draws, "
+              f"×{counts['ops_before'] / counts['ops_now']:.2f} fewer operations).\n")
     print(text)
     with open(os.path.join(os.path.dirname(__file__), "RESULTS.md"), "w") as fh:
         fh.write(text)

@@ -17,6 +17,7 @@ from dpfl.federated.engine import RoundConfig
 from dpfl.federated.fedhdp import FedHDPConfig
 from dpfl.federated.local import LocalConfig
 from dpfl.federated.sampling import PoissonClients
+from dpfl.federated.schedule import LearningRate
 
 INF = math.inf
 
@@ -73,8 +74,10 @@ CASES = {
     "ClientDPConfig seed=-1": ("seed", lambda: _client_dp(seed=-1)),
     "FedHDPConfig delta=0": ("delta", lambda: _fedhdp(delta=0)),
     "FedHDPConfig target_quantile=2": ("target_quantile", lambda: _fedhdp(target_quantile=2)),
-    "FedHDPConfig lr_decay=(0.9, 0)": ("lr_decay", lambda: _fedhdp(lr_decay=(0.9, 0))),
-    "FedHDPConfig lr_decay=(2, 50)": ("lr_decay", lambda: _fedhdp(lr_decay=(2.0, 50))),
+    "LearningRate(0.9, 0)": ("lr schedule every", lambda: LearningRate(0.9, 0)),
+    "LearningRate(2, 50)": ("lr schedule factor", lambda: LearningRate(2.0, 50)),
+    "LearningRate per='epoch'": ("lr schedule per", lambda: LearningRate(0.9, 50, per="epoch")),
+    "FedHDPConfig per client epoch": ("lr schedule per", lambda: _fedhdp(lr_schedule=LearningRate(0.9, 1, per="client_epoch"))),
     "RoundConfig seed=-1": ("seed", lambda: _round(seed=-1)),
     "RoundConfig seed=True": ("seed", lambda: _round(seed=True)),
     "LocalConfig clip=inf": ("clip", lambda: LocalConfig(clip=INF)),

@@ -9,6 +9,7 @@ from dpfl.federated import server
 from dpfl.federated.engine import RoundConfig, train
 from dpfl.federated.local import LocalConfig
 from dpfl.federated.sampling import FixedClients, PoissonClients
+from dpfl.federated.schedule import LearningRate
 from dpfl.models import GEYER_MLP, MNIST_CNN
 from tests_support import shared_root
 
@@ -88,13 +89,13 @@ def test_resume_is_exact_and_chunking_does_not_matter(mnist_shards, tmp_path):
 def test_per_client_step_lr_stop_at_target_and_augmentation(mnist_shards, tmp_path):
     base = dict(batch_size=8, local_steps=3, seed=1, local=LocalConfig(optimizer="adam", lr=1e-3))
     # StepLR(1, 0.5) per client epoch: with every client in every round, round t runs at lr·0.5^(t−1)
-    m = train(GEYER_MLP, mnist_shards, RoundConfig(rounds=3, sampler=PoissonClients(1.0), lr_step=1, lr_gamma=0.5,
-                                                    **base), progress=False)
+    m = train(GEYER_MLP, mnist_shards, RoundConfig(rounds=3, sampler=PoissonClients(1.0), **base,
+                                                    lr_schedule=LearningRate(0.5, 1, per="client_epoch")), progress=False)
     np.testing.assert_allclose(m["lr_mean"], [1e-3, 5e-4, 2.5e-4])
     # with p = 0.5 a client's decay counts only the rounds it took part in, so the mean lies above
     # the all-clients schedule and the first round is undecayed
-    half = train(GEYER_MLP, mnist_shards, RoundConfig(rounds=4, sampler=PoissonClients(0.5), lr_step=1,
-                                                       lr_gamma=0.5, **base), progress=False)
+    half = train(GEYER_MLP, mnist_shards, RoundConfig(rounds=4, sampler=PoissonClients(0.5), **base,
+                                                       lr_schedule=LearningRate(0.5, 1, per="client_epoch")), progress=False)
     assert half["lr_mean"].iloc[0] == pytest.approx(1e-3)
     assert (half["lr_mean"].to_numpy()[1:] >= 1e-3 * 0.5 ** np.arange(1, 4) - 1e-12).all()
     # stop_at: the run ends at the first round whose stored accuracy reaches the target, with the
@@ -111,8 +112,8 @@ def test_per_client_step_lr_stop_at_target_and_augmentation(mnist_shards, tmp_pa
                  progress=False) for _ in range(2)]
     assert aug[0]["acc_global"].equals(aug[1]["acc_global"])
     assert not np.allclose(aug[0]["acc_local_all"], full["acc_local_all"].iloc[:1])
-    with pytest.raises(ValueError, match="^lr_gamma"):
-        RoundConfig(rounds=1, sampler=PoissonClients(1.0), lr_gamma=0.0, **base)
+    with pytest.raises(ValueError, match="^lr schedule factor"):
+        RoundConfig(rounds=1, sampler=PoissonClients(1.0), lr_schedule=LearningRate(0.0), **base)
     with pytest.raises(ValueError, match="^stop_at"):
         RoundConfig(rounds=1, sampler=PoissonClients(1.0), stop_at=90, **base)
 
@@ -293,7 +294,8 @@ def test_client_dp_adaptive_clipping_epochs_and_lr_decay(mnist_shards):
     base = dict(rounds=4, batch_size=50, local_steps=12, sampler=FixedClients(4), noise_multiplier=1.0,
                 local=LocalConfig(optimizer="sgd", lr=0.1), seed=1, batch_sampling="shuffle")
     adaptive = train_client_dp(GEYER_MLP, mnist_shards, ClientDPConfig(clip="adaptive", per_layer=False, clip_init=1e-3,
-                                                                        count_noise_std=1.0, lr_decay=(0.1, 24),
+                                                                        count_noise_std=1.0,
+                                                                        lr_schedule=LearningRate(0.1, 24, "step", True),
                                                                         **base), progress=False)
     # updates are far larger than 1e-3, so the count is ~0 and the bound grows by ≈ e^{0.2·0.5} per round
     growth = adaptive["clip_bound"].to_numpy()[1:] / adaptive["clip_bound"].to_numpy()[:-1]
@@ -304,8 +306,8 @@ def test_client_dp_adaptive_clipping_epochs_and_lr_decay(mnist_shards):
         ClientDPConfig(clip="adaptive", **base)
     with pytest.raises(ValueError, match="^count_noise_std"):
         ClientDPConfig(clip="adaptive", per_layer=False, count_noise_std=0.1, **base)
-    with pytest.raises(ValueError, match="^lr_decay"):
-        ClientDPConfig(lr_decay=(0.1,), **base)
+    with pytest.raises(ValueError, match="^lr schedule per"):
+        ClientDPConfig(lr_schedule=LearningRate(0.1, 24, per="client_epoch"), **base)
 
 
 def test_client_dp_resume_is_exact(mnist_shards, tmp_path):

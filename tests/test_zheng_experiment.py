@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from dpfl.experiments.zheng2021 import ZhengRun, default_steps, federated_mnist, first_round
+from dpfl.federated.schedule import LearningRate
 from dpfl.runs import config_hash
 
 
@@ -14,12 +15,12 @@ def test_local_steps_follow_the_authors_code():
 def test_configs_map_sigma_to_the_noise_multiplier_and_carry_the_cifar_schedule():
     mnist = ZhengRun("mnist", 0.5, 0.75, 16, 300).round_config()
     assert mnist.local.noise_multiplier == 1.5 and mnist.local.dp and mnist.local.lr == 1e-3
-    assert mnist.local_steps == 38 and mnist.sampler.p == 0.5 and mnist.alpha == 0.1 and mnist.lr_step == 0
+    assert mnist.local_steps == 38 and mnist.sampler.p == 0.5 and mnist.alpha == 0.1 and mnist.lr_schedule.constant
     twin = ZhengRun("mnist", 0.5, None, 16, 300).round_config()
     assert not twin.local.dp and twin.local.noise_multiplier == 0.0
     cifar = ZhengRun("cifar10", 1.0, 0.5, 16, 1000).round_config()
-    assert (cifar.local.lr, cifar.local.weight_decay, cifar.lr_step, cifar.lr_gamma, cifar.augment, cifar.local_steps) \
-        == (5e-3, 5e-4, 10, 0.99, True, 32)
+    assert (cifar.local.lr, cifar.local.weight_decay, cifar.lr_schedule, cifar.augment, cifar.local_steps) \
+        == (5e-3, 5e-4, LearningRate(0.99, 10, per="client_epoch"), True, 32)
     # μ at the paper's R reproduces Table 1 and Table 3 cells
     assert ZhengRun("mnist", 1.0, 1.0, 16, 300).mu(93) == pytest.approx(2.711, abs=1e-3)
     assert ZhengRun("cifar10", 0.5, 0.5, 16, 1000).mu(405) == pytest.approx(37.507, abs=1e-3)
@@ -85,3 +86,14 @@ def test_grid_runner_fills_a_cache_within_its_budget(data_root, tmp_path, capsys
     configs = zheng2021.grid("smoke", seed=0, device="cpu", data_dir=str(data_root))
     assert all(Cache(cache).load(c) is not None for c in configs)          # what the notebook will read
     assert zheng2021.main(args) == 0 and "0 run(s) missing" in capsys.readouterr().out
+
+
+def test_the_budgeted_runner_stops_at_its_deadline(data_root, tmp_path, capsys):
+    """A time-limited GPU command: a run that cannot finish checkpoints and stops with exit status 3
+    (before, ``--budget`` was checked only between runs, and the run was killed with its rounds)."""
+    from dpfl.experiments import zheng2021
+
+    code = zheng2021.main(["--profile", "smoke", "--device", "cpu", "--budget", "0.001", "--cache", str(tmp_path),
+                           "--data-dir", str(data_root)])
+    assert code == 3 and "budget of 0 s reached: stopped before round 1" in capsys.readouterr().out
+    assert not list(tmp_path.glob("*.pkl"))                       # nothing half-finished was cached

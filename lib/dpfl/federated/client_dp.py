@@ -5,13 +5,13 @@
 Each round the sampled clients start from the global model, train locally without record-level
 noise, and send their updates; the server clips them, averages and adds Gaussian noise
 (``dpfl.federated.server``); a moments accountant tracks δ at a target ε, and the run stops
-once δ exceeds the budget. Randomness as in ``dpfl.federated.engine``: round t's sample, batches
-and server noise from (seed, t), client c's from (seed, t, c).
+once δ exceeds the budget. One algorithm of the round loop (:mod:`dpfl.federated.loop`), which
+owns seeding (round t's sample, batches and server noise from (seed, t), client c's from
+(seed, t, c)), accounting, checkpoints and the stopping rule's application.
 """
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,18 +21,17 @@ import torch
 from dpfl import checks
 from dpfl.accounting.accountant import Accountant, SampledGaussianEvent
 from dpfl.data.federated import FederatedDataset
-from dpfl.federated import checkpoint as checkpoints
 from dpfl.federated import server
-from dpfl.federated.evaluate import shared_accuracy
-from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train
-from dpfl.federated.sampling import FixedClients, PoissonClients, round_rng
+from dpfl.federated.evaluate import shared_accuracy, used_images
+from dpfl.federated.local import client_generators, init_state, local_train
+from dpfl.federated.loop import Algorithm, LoopConfig, Privacy, Round, run
 from dpfl.models import Model
 
-__all__ = ["ClientDPConfig", "train_client_dp", "spread"]
+__all__ = ["ClientDPConfig", "ClientLevelDP", "train_client_dp", "spread"]
 
 
-@dataclasses.dataclass(frozen=True)
-class ClientDPConfig:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ClientDPConfig(LoopConfig):
     """FedAvg with client-level DP (Geyer, Klein & Nabi 2017; details.md §5.1).
 
     Each round the sampled clients start from the global model, train locally (no record-level
@@ -51,15 +50,10 @@ class ClientDPConfig:
 
     Local training: ``batch_sampling="shuffle"`` runs epochs over a random permutation (Geyer: the
     client's data split into b batches, E epochs: ``local_steps`` = E·b, ``batch_size`` = n/b);
-    ``lr_decay`` = (rate, steps) decays the learning rate as lr·rate^(s/steps) with s the global step
-    (Geyer: (0.1, 27 000); s counts every round's local steps; constant within a round).
+    ``lr_schedule``: the clients' learning rate, constant within a round (``dpfl.federated.schedule``;
+    Geyer: ``LearningRate(0.1, 27_000, per="step", smooth=True)``, s counting every round's local steps).
     """
 
-    rounds: int
-    batch_size: int
-    local_steps: int
-    sampler: FixedClients | PoissonClients
-    local: LocalConfig
     noise_multiplier: float
     clip: float | str = "median"
     per_layer: bool = True
@@ -67,18 +61,14 @@ class ClientDPConfig:
     delta_budget: float | None = None
     accumulations_per_round: int = 1
     batch_sampling: str = "fixed"
-    lr_decay: tuple = ()
     clip_init: float = 0.1
     target_quantile: float = 0.5
     clip_lr: float = 0.2
     count_noise_std: float = 0.0
-    seed: int = 0
-    chunk: int | None = None
-    checkpoint_every: int = 0
     stop_on: str = "guarantee"
 
     def __post_init__(self):
-        checks.positive_int("rounds", self.rounds)
+        super().__post_init__()
         checks.one_of("stop_on", self.stop_on, ("guarantee", "paper"))
         checks.nonnegative("noise_multiplier", self.noise_multiplier)
         if isinstance(self.clip, str):
@@ -92,12 +82,6 @@ class ClientDPConfig:
         checks.positive("target_eps", self.target_eps)
         if self.delta_budget is not None:
             checks.in_range("delta_budget", self.delta_budget, 0, 1, lo_open=True, hi_open=True)
-        checks.positive_int("batch_size", self.batch_size)
-        checks.positive_int("local_steps", self.local_steps)
-        checks.nonnegative_int("seed", self.seed)
-        checks.nonnegative_int("checkpoint_every", self.checkpoint_every)
-        if self.chunk is not None:
-            checks.positive_int("chunk", self.chunk)
         checks.in_range("target_quantile", self.target_quantile, 0, 1, lo_open=True, hi_open=True)
         checks.positive("clip_lr", self.clip_lr)
         checks.nonnegative("count_noise_std", self.count_noise_std)
@@ -105,11 +89,8 @@ class ClientDPConfig:
             raise ValueError("local must be non-private (dp=False): client-level DP adds noise at the server")
         checks.positive_int("accumulations_per_round", self.accumulations_per_round)
         checks.one_of("batch_sampling", self.batch_sampling, ("fixed", "poisson", "shuffle"))
-        if self.lr_decay:
-            if len(self.lr_decay) != 2:
-                raise ValueError(f"lr_decay must be (rate, steps); got {self.lr_decay!r}")
-            checks.in_range("lr_decay", self.lr_decay[0], 0, 1, lo_open=True)
-            checks.positive("lr_decay", self.lr_decay[1])
+        if self.lr_schedule.per == "client_epoch":
+            raise ValueError("lr schedule per must be 'round' or 'step': clients keep no local model here")
         if self.clip == "adaptive":
             checks.positive("clip_init", self.clip_init)
             if self.per_layer:
@@ -128,85 +109,95 @@ def spread(updates: dict) -> tuple[float, float]:
     return var, scale
 
 
-def train_client_dp(model: Model, fd: FederatedDataset, cfg: ClientDPConfig, *, checkpoint: Path | None = None,
-                    progress: bool = True) -> pd.DataFrame:
-    """Run Geyer et al.'s algorithm; one metrics row per round (accuracy and loss of the global model on
-    every client's test set, δ spent at ``target_eps``, clip bound, mean update norm, V_c, U_s).
-    With ``checkpoint``, state is saved every ``cfg.checkpoint_every`` rounds and a run finding a
-    checkpoint resumes from it (bit-identical on a CPU)."""
-    K = fd.num_clients
-    global_ = model.init(torch.Generator().manual_seed(int(cfg.seed)))
-    pool = fd.test_index(np.arange(K))
-    z = cfg.noise_multiplier
-    if cfg.clip == "adaptive" and z > 0:
-        z = server.effective_noise_multiplier(cfg.noise_multiplier, cfg.count_noise_std)
-    adaptive_bound = cfg.clip_init
-    rows = []
-    first = 1
-    # Two accountings, named: the guarantee (RDP of the sampler's own event, each round at its own
-    # q_t) and Geyer's code's (Abadi's moments accountant: Poisson at q_t = m_t/K, multiplier z,
-    # integer orders 2…33, classic conversion) — they differ when m of K are drawn without replacement.
-    accountant = Accountant("rdp")
-    paper = Accountant("rdp-classic", orders=np.arange(2, 34))
-    key = checkpoints.run_key(model, fd, cfg)
-    saved = checkpoints.load(checkpoint, key)
-    if saved is not None:
-        global_, adaptive_bound, rows, first = saved["global"], saved["bound"], saved["rows"], saved["round"] + 1
-        accountant.load_state_dict(saved["accountant"])
-        paper.load_state_dict(saved["paper_accountant"])
-        if rows and _over_budget(cfg, rows[-1]):
-            return pd.DataFrame(rows)
-    from tqdm.auto import tqdm
+class ClientLevelDP(Algorithm):
+    """The algorithm's state (global model, adaptive clip bound) and its round; run it with
+    :func:`dpfl.federated.loop.run` (or :func:`train_client_dp`).
 
-    for t in tqdm(range(first, cfg.rounds + 1), disable=not progress, desc="rounds", leave=False):
-        start = time.perf_counter()
-        rng = round_rng(cfg.seed, t)
-        selected, q = cfg.sampler.sample(K, rng, t - 1), cfg.sampler.rate(K, t - 1)
-        x, y, _ = fd.batches(selected, cfg.batch_size, cfg.local_steps, rng, sampling=cfg.batch_sampling)
-        m = selected.size
-        lr = cfg.local.lr * (cfg.lr_decay[0] ** ((t - 1) * cfg.local_steps / cfg.lr_decay[1]) if cfg.lr_decay else 1.0)
+    Two accountings, named: ``delta`` is the guarantee (RDP of the sampler's own event, each round
+    at its own q_t, ``sampler.event``); ``delta_paper`` is Geyer's code's (Abadi's moments accountant:
+    Poisson at q_t = m_t/K, multiplier z, integer orders 2…33, classic conversion) — they differ when
+    m of K are drawn without replacement."""
+
+    progress_metric = "acc_global"
+
+    def __init__(self, model: Model, cfg: ClientDPConfig):
+        super().__init__(model, cfg)
+        self.z = cfg.noise_multiplier
+        if cfg.clip == "adaptive" and self.z > 0:
+            self.z = server.effective_noise_multiplier(cfg.noise_multiplier, cfg.count_noise_std)
+
+    def setup(self, fd: FederatedDataset, device: str) -> None:
+        self.fd, self.K = fd, fd.num_clients
+        init = self.model.init(torch.Generator().manual_seed(int(self.cfg.seed)))
+        self.state = {"global": {k: v.to(device) for k, v in init.items()}, "bound": self.cfg.clip_init}
+        self.pool = fd.test_index(np.arange(self.K))
+        self.used = used_images(*self.pool)
+
+    def accountants(self) -> list[Privacy]:
+        eps = self.cfg.target_eps
+        if self.cfg.noise_multiplier == 0:
+            return []
+        return [Privacy("guarantee", Accountant("rdp"), lambda a: {"delta": a.delta(eps)}),
+                Privacy("paper", Accountant("rdp-classic", orders=np.arange(2, 34)),
+                        lambda a: {"delta_paper": a.delta(eps)})]
+
+    def events(self, r: Round) -> dict:
+        cfg, t = self.cfg, r.t
+        if cfg.noise_multiplier == 0:
+            return {}
+        q = cfg.sampler.rate(self.K, t - 1)
+        return {"guarantee": [(cfg.sampler.event(cfg.noise_multiplier, self.K, t - 1), cfg.accumulations_per_round)],
+                "paper": [(SampledGaussianEvent(cfg.noise_multiplier, q, "poisson"), cfg.accumulations_per_round)]}
+
+    def round(self, r: Round) -> dict:
+        cfg, fd, global_ = self.cfg, self.fd, self.state["global"]
+        x, y, _ = fd.batches(r.selected, cfg.batch_size, cfg.local_steps, r.rng, sampling=cfg.batch_sampling)
+        m = r.selected.size
+        lr = cfg.lr_schedule(cfg.local.lr, cfg.lr_schedule.count(r.t, cfg.local_steps))
         start_params = {k: v.unsqueeze(0).repeat(m, *[1] * v.ndim) for k, v in global_.items()}
-        local, _ = local_train(model, cfg.local, start_params, init_state(start_params, cfg.local), x, y,
-                               client_generators(cfg.seed, t, selected), [lr] * m, chunk=cfg.chunk)
+        local, _ = local_train(self.model, cfg.local, start_params, init_state(start_params, cfg.local), x, y,
+                               client_generators(cfg.seed, r.t, r.selected, device=r.device), [lr] * m,
+                               chunk=cfg.chunk)
         updates = {k: local[k] - global_[k] for k in global_}
         v_c, u_s = spread(updates)
-        noise_gen = torch.Generator().manual_seed(int(rng.integers(2 ** 62)))
+        noise_gen = torch.Generator(device=r.device).manual_seed(int(r.rng.integers(2 ** 62)))
         if cfg.clip == "median":
             bound = server.median_bounds(updates)
         elif cfg.clip == "adaptive":
-            bound = adaptive_bound
+            bound = self.state["bound"]
         else:
             bound = cfg.clip
         clipped, norms = server.clip_updates(updates, bound, per_layer=cfg.per_layer)
-        step = server.gaussian_mean(clipped, bound, z, noise_gen, per_layer=cfg.per_layer)
+        step = server.gaussian_mean(clipped, bound, self.z, noise_gen, per_layer=cfg.per_layer)
         if cfg.clip == "adaptive":
-            adaptive_bound, _ = server.adaptive_clip(norms, adaptive_bound, target_quantile=cfg.target_quantile,
-                                                     lr=cfg.clip_lr, count_noise_std=cfg.count_noise_std,
-                                                     generator=noise_gen)
-        global_ = {k: global_[k] + step[k] for k in global_}
-        if cfg.noise_multiplier > 0:
-            accountant.compose(cfg.sampler.event(cfg.noise_multiplier, K, t - 1), cfg.accumulations_per_round)
-            paper.compose(SampledGaussianEvent(cfg.noise_multiplier, q, "poisson"), cfg.accumulations_per_round)
-            delta, delta_paper = accountant.delta(cfg.target_eps), paper.delta(cfg.target_eps)
-        else:
-            delta = delta_paper = 1.0
-        mean_norm = (float(torch.stack(list(norms.values())).mean()) if isinstance(norms, dict) else float(norms.mean()))
-        acc, loss = shared_accuracy(model, global_, fd.test_x, fd.test_y, *pool, with_loss=True)
-        rows.append({"round": t, "clients": int(m), "q": q, "lr": lr,
-                     "acc_global": float(acc.mean()), "loss_global": float(loss.mean()),
-                     "delta": delta, "delta_paper": delta_paper, "mean_update_norm": mean_norm,
-                     "clip_bound": (float(np.mean(list(bound.values()))) if isinstance(bound, dict) else float(bound)),
-                     "V_c": v_c, "U_s": u_s, "seconds": time.perf_counter() - start})
-        over = _over_budget(cfg, rows[-1])
-        if checkpoint is not None and cfg.checkpoint_every and (t % cfg.checkpoint_every == 0 or over):
-            checkpoints.save(checkpoint, key, {"round": t, "global": global_, "bound": adaptive_bound, "rows": rows,
-                                               "accountant": accountant.state_dict(),
-                                               "paper_accountant": paper.state_dict()})
-        if over:
-            break            # Geyer's code returns this model: the first whose δ exceeds the budget
-    return pd.DataFrame(rows)
+            self.state["bound"], _ = server.adaptive_clip(norms, bound, target_quantile=cfg.target_quantile,
+                                                          lr=cfg.clip_lr, count_noise_std=cfg.count_noise_std,
+                                                          generator=noise_gen)
+        self.state["global"] = {k: global_[k] + step[k] for k in global_}
+        acc, loss = shared_accuracy(self.model, self.state["global"], fd.test_x, fd.test_y, *self.pool, used=self.used, with_loss=True)
+        row = {"q": cfg.sampler.rate(self.K, r.t - 1), "lr": lr, "acc_global": float(acc.mean()),
+               "loss_global": float(loss.mean()),
+               "mean_update_norm": float(torch.stack(list(norms.values())).mean()) if isinstance(norms, dict)
+               else float(norms.mean()),
+               "clip_bound": float(np.mean(list(bound.values()))) if isinstance(bound, dict) else float(bound),
+               "V_c": v_c, "U_s": u_s}
+        if cfg.noise_multiplier == 0:
+            row.update(delta=1.0, delta_paper=1.0)
+        return row
+
+    def stop(self, row: dict) -> bool:
+        """δ of ``cfg.stop_on``'s accounting has exceeded ``cfg.delta_budget`` (Geyer's code returns
+        this model: the first whose δ exceeds the budget)."""
+        cfg = self.cfg
+        return cfg.delta_budget is not None and row["delta" if cfg.stop_on == "guarantee" else "delta_paper"] > cfg.delta_budget
 
 
-def _over_budget(cfg: ClientDPConfig, row: dict) -> bool:
-    """The stopping rule: δ of ``cfg.stop_on``'s accounting has exceeded ``cfg.delta_budget``."""
-    return cfg.delta_budget is not None and row["delta" if cfg.stop_on == "guarantee" else "delta_paper"] > cfg.delta_budget
+def train_client_dp(model: Model, fd: FederatedDataset, cfg: ClientDPConfig, *, checkpoint: Path | None = None,
+                    checkpoint_seconds: float | None = None, deadline: float | None = None,
+                    progress: bool = True, device: str = "cpu") -> pd.DataFrame:
+    """Run Geyer et al.'s algorithm; one metrics row per round (accuracy and loss of the global model on
+    every client's test set, δ spent at ``target_eps`` — the guarantee and Geyer's code's —, clip
+    bound, mean update norm, V_c, U_s). Checkpoints, resume (bit-identical on a CPU), the deadline and
+    ``device`` are the loop's (:func:`dpfl.federated.loop.run`)."""
+    return run(ClientLevelDP(model, cfg), fd, checkpoint=checkpoint, checkpoint_seconds=checkpoint_seconds,
+               deadline=deadline, progress=progress, device=device)

@@ -6,7 +6,7 @@ from torch.func import vmap
 
 from dpfl.models import Model
 
-__all__ = ["accuracy", "shared_accuracy"]
+__all__ = ["accuracy", "shared_accuracy", "used_images"]
 
 
 def accuracy(model: Model, params: dict, x, y, mask, *, stacked: bool, chunk: int = 25) -> torch.Tensor:
@@ -29,12 +29,19 @@ def accuracy(model: Model, params: dict, x, y, mask, *, stacked: bool, chunk: in
     return torch.cat(out)
 
 
-def shared_accuracy(model: Model, params: dict, x, y, index, mask, *, chunk: int = 2000, with_loss: bool = False):
+def used_images(index, mask) -> torch.Tensor:
+    """The distinct pool images the clients' test sets use (compute once per run: it syncs a GPU)."""
+    return torch.unique(index[mask])
+
+
+def shared_accuracy(model: Model, params: dict, x, y, index, mask, *, used=None, chunk: int = 2000,
+                    with_loss: bool = False):
     """Accuracy of one model on each client's test set, where the sets index a shared pool
     (x: (N, …), y: (N,), index/mask: (m, n)): every distinct image is classified once — Zheng et
     al.'s MNIST clients draw their 200 test images with replacement from the same 10 000.
-    ``with_loss``: also return each client's mean negative log-likelihood."""
-    used = torch.unique(index[mask])
+    ``with_loss``: also return each client's mean negative log-likelihood; ``used``:
+    :func:`used_images` of (index, mask), when the caller keeps it."""
+    used = used_images(index, mask) if used is None else used
     correct = torch.zeros(y.shape[0], dtype=torch.bool, device=y.device)
     nll = torch.zeros(y.shape[0], device=y.device)
     with torch.no_grad():

@@ -13,12 +13,12 @@ group at the same z it is DP-FedAvg (with Ditto); r = 0 ignores the private clie
 Metrics follow the paper's: the global model on the server test set (``Acc_g``) and on each
 group's local test sets (``Acc_g,l``); personalised models on their own test sets (``Acc_l,l``);
 gaps Δ_g, Δ_l between the first two groups; per group the clip bound and ε(δ) by RDP accounting
-of the sampled Gaussian (q = the group's expected participation rate).
+of the sampled Gaussian (q = the group's expected participation rate). One algorithm of the round
+loop (:mod:`dpfl.federated.loop`).
 """
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 
 import numpy as np
@@ -28,29 +28,23 @@ import torch
 from dpfl import checks
 from dpfl.accounting.accountant import Accountant
 from dpfl.data.federated import FederatedDataset
-from dpfl.federated import checkpoint as checkpoints
 from dpfl.federated import server
-from dpfl.federated.evaluate import accuracy, shared_accuracy
-from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train, put, take
+from dpfl.federated.evaluate import accuracy, shared_accuracy, used_images
+from dpfl.federated.local import client_generators, init_state, local_train, put, take
 from dpfl.federated.personalize import ditto
-from dpfl.federated.sampling import FixedClients, PoissonClients, round_rng
+from dpfl.federated.loop import Algorithm, LoopConfig, Privacy, Round, run
 from dpfl.models import Model
 
-__all__ = ["FedHDPConfig", "train_fedhdp"]
+__all__ = ["FedHDPConfig", "FedHDP", "train_fedhdp"]
 
 
-@dataclasses.dataclass(frozen=True)
-class FedHDPConfig:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FedHDPConfig(LoopConfig):
     """One FedHDP run. Per group l (tuples, one entry per group): ``noise_multipliers`` z_l (0 =
     non-private), ``ratios`` r_l of the two-step aggregation, ``lams`` Ditto's λ_l.
-    ``lr_decay`` = (factor, every): the clients' lr × factor every ``every`` rounds (Table 7: 0.9 / 50).
+    ``lr_schedule``: the clients' learning rate (Table 7: ``LearningRate(0.9, 50, per="round")``).
     ``count_noise_frac``: σ_b = frac × the group's expected clients per round (Andrew et al.: 0.05)."""
 
-    rounds: int
-    batch_size: int
-    local_steps: int
-    sampler: PoissonClients | FixedClients
-    local: LocalConfig
     noise_multipliers: tuple
     ratios: tuple
     lams: tuple
@@ -60,14 +54,11 @@ class FedHDPConfig:
     target_quantile: float = 0.5
     clip_lr: float = 0.2
     count_noise_frac: float = 0.05
-    lr_decay: tuple = ()
     delta: float = 1e-5
     eval_every: int = 1
-    checkpoint_every: int = 0
-    seed: int = 0
 
     def __post_init__(self):
-        checks.positive_int("rounds", self.rounds)
+        super().__post_init__()
         if self.local.dp:
             raise ValueError("local must be non-private (dp=False): FedHDP adds noise at the server, per group")
         n = len(self.noise_multipliers)
@@ -82,135 +73,139 @@ class FedHDPConfig:
         checks.positive("personal_lr", self.personal_lr)
         checks.positive("clip_init", self.clip_init)
         checks.positive("count_noise_frac", self.count_noise_frac)
-        if self.lr_decay:
-            if len(self.lr_decay) != 2:
-                raise ValueError(f"lr_decay must be (factor, every_rounds); got {self.lr_decay!r}")
-            checks.in_range("lr_decay factor", self.lr_decay[0], 0, 1, lo_open=True)
-            checks.positive_int("lr_decay every_rounds", self.lr_decay[1])
+        if self.lr_schedule.per == "client_epoch":
+            raise ValueError("lr schedule per must be 'round' or 'step' (the personal models keep their own lr)")
         checks.in_range("delta", self.delta, 0, 1, lo_open=True, hi_open=True)
         checks.in_range("target_quantile", self.target_quantile, 0, 1, lo_open=True, hi_open=True)
         checks.positive("clip_lr", self.clip_lr)
-        checks.positive_int("batch_size", self.batch_size)
-        checks.positive_int("local_steps", self.local_steps)
         if self.personal_steps is not None:
             checks.positive_int("personal_steps", self.personal_steps)
         checks.positive_int("eval_every", self.eval_every)
-        checks.nonnegative_int("checkpoint_every", self.checkpoint_every)
-        checks.nonnegative_int("seed", self.seed)
 
 
-def train_fedhdp(model: Model, fd: FederatedDataset, groups, cfg: FedHDPConfig, *, server_test=None,
-                 checkpoint: Path | None = None, progress: bool = True) -> pd.DataFrame:
-    """Run FedHDP; ``groups``: each client's privacy group (0, 1, …); ``server_test``: (x, y) of
-    the server test set for ``acc_g`` (default: the union of the clients' test sets). One row per
-    round. With ``checkpoint``, state is saved every ``cfg.checkpoint_every`` rounds and a run that
-    finds a checkpoint resumes from it."""
-    K = fd.num_clients
-    groups = np.asarray(groups, dtype=np.int64)
-    L = len(cfg.noise_multipliers)
-    if groups.shape != (K,) or groups.min() < 0 or groups.max() >= L:
-        raise ValueError(f"groups must give each of the {K} clients a group in 0..{L - 1}")
-    if (fd.client_sizes < cfg.batch_size).any():
-        raise ValueError(f"batch_size {cfg.batch_size} exceeds the data of some clients "
-                         f"(smallest has {int(fd.client_sizes.min())})")
-    expected = [cfg.sampler.rate(K) * int((groups == l).sum()) for l in range(L)]
-    count_std = [cfg.count_noise_frac * max(e, 1e-9) for e in expected]
-    z_update = [server.effective_noise_multiplier(z, s) if z > 0 else 0.0
-                for z, s in zip(cfg.noise_multipliers, count_std)]
-    accountants = [Accountant("rdp") if z > 0 else None for z in cfg.noise_multipliers]
-    global_ = model.init(torch.Generator().manual_seed(int(cfg.seed)))
-    personal = {k: v.unsqueeze(0).repeat(K, *[1] * v.ndim) for k, v in global_.items()}
-    bounds = [cfg.clip_init] * L
-    x_test, y_test, m_test = fd.test_batch(np.arange(K))
-    pool = fd.test_index(np.arange(K))                     # each client's test images in the shared pool
-    if server_test is None:
-        union = torch.unique(pool[0][pool[1]])
-        server_x, server_y = fd.test_x[union], fd.test_y[union]
-    else:
-        server_x, server_y = server_test
-    rows = []
-    first = 1
-    key = checkpoints.run_key(model, fd, cfg)
-    saved = checkpoints.load(checkpoint, key)
-    if saved is not None:
-        if not np.array_equal(saved["groups"], groups):
-            raise ValueError(f"checkpoint {checkpoint} was written with other privacy groups")
-        global_, personal, bounds, rows, first = (saved["global"], saved["personal"], saved["bounds"], saved["rows"],
-                                                  saved["round"] + 1)
-        for acc, state in zip(accountants, saved["accountants"]):
-            if acc is not None:
-                acc.load_state_dict(state)
-    from tqdm.auto import tqdm
+class FedHDP(Algorithm):
+    """The algorithm's state (global model, every client's personal model, each group's clip bound)
+    and its round; run it with :func:`dpfl.federated.loop.run` (or :func:`train_fedhdp`).
+    ``groups``: each client's privacy group (0, 1, …); ``server_test``: (x, y) of the server test
+    set for ``acc_g`` (default: the union of the clients' test sets)."""
 
-    for t in tqdm(range(first, cfg.rounds + 1), disable=not progress, desc="rounds", leave=False):
-        start = time.perf_counter()
-        rng = round_rng(cfg.seed, t)
-        selected = cfg.sampler.sample(K, rng, t - 1)
-        m = selected.size
-        x, y, _ = fd.batches(selected, cfg.batch_size, cfg.local_steps, rng)
-        lr = cfg.local.lr * (cfg.lr_decay[0] ** ((t - 1) // cfg.lr_decay[1]) if cfg.lr_decay else 1.0)
+    progress_metric = "acc_g"
+
+    def __init__(self, model: Model, cfg: FedHDPConfig, groups, server_test=None):
+        super().__init__(model, cfg)
+        self.server_test = server_test
+        self.groups = np.asarray(groups, dtype=np.int64)
+        self.L = len(cfg.noise_multipliers)
+
+    def setup(self, fd: FederatedDataset, device: str) -> None:
+        cfg, K, L, groups = self.cfg, fd.num_clients, self.L, self.groups
+        if groups.shape != (K,) or groups.min() < 0 or groups.max() >= L:
+            raise ValueError(f"groups must give each of the {K} clients a group in 0..{L - 1}")
+        if (fd.client_sizes < cfg.batch_size).any():
+            raise ValueError(f"batch_size {cfg.batch_size} exceeds the data of some clients "
+                             f"(smallest has {int(fd.client_sizes.min())})")
+        self.fd, self.K = fd, K
+        expected = [cfg.sampler.rate(K) * int((groups == l).sum()) for l in range(L)]
+        self.count_std = [cfg.count_noise_frac * max(e, 1e-9) for e in expected]
+        self.z_update = [server.effective_noise_multiplier(z, s) if z > 0 else 0.0
+                         for z, s in zip(cfg.noise_multipliers, self.count_std)]
+        init = {k: v.to(device) for k, v in self.model.init(torch.Generator().manual_seed(int(cfg.seed))).items()}
+        self.state = {"global": init, "personal": {k: v.unsqueeze(0).repeat(K, *[1] * v.ndim) for k, v in init.items()},
+                      "bounds": [cfg.clip_init] * L, "groups": groups}
+        self.test = fd.test_batch(np.arange(K))
+        self.pool = fd.test_index(np.arange(K))                 # each client's test images in the shared pool
+        self.used = used_images(*self.pool)
+        if self.server_test is None:
+            self.server_x, self.server_y = fd.test_x[self.used], fd.test_y[self.used]
+        else:
+            self.server_x, self.server_y = (v.to(device) for v in self.server_test)
+        self.members = [torch.as_tensor(groups == l, device=device) for l in range(L)]
+
+    def accountants(self) -> list[Privacy]:
+        delta = self.cfg.delta
+        return [Privacy(f"group{l}", Accountant("rdp"), lambda a, l=l: {f"eps_{l}": a.epsilon(delta)})
+                for l, z in enumerate(self.cfg.noise_multipliers) if z > 0]
+
+    def events(self, r: Round) -> dict:
+        cfg = self.cfg
+        return {f"group{l}": [(cfg.sampler.event(z, self.K, r.t - 1), 1)]
+                for l, z in enumerate(cfg.noise_multipliers) if z > 0}
+
+    def round(self, r: Round) -> dict:
+        cfg, fd, model, L, groups, state = self.cfg, self.fd, self.model, self.L, self.groups, self.state
+        selected, m, global_ = r.selected, r.selected.size, state["global"]
+        x, y, _ = fd.batches(selected, cfg.batch_size, cfg.local_steps, r.rng)
+        lr = cfg.lr_schedule(cfg.local.lr, cfg.lr_schedule.count(r.t, cfg.local_steps))
         start_params = {k: v.unsqueeze(0).repeat(m, *[1] * v.ndim) for k, v in global_.items()}
-        gens = client_generators(cfg.seed, t, selected)
+        gens = client_generators(cfg.seed, r.t, selected, device=r.device)
         local, _ = local_train(model, cfg.local, start_params, init_state(start_params, cfg.local), x, y, gens,
                                [lr] * m)
         updates = {k: local[k] - global_[k] for k in global_}
-        noise_gen = torch.Generator().manual_seed(int(rng.integers(2 ** 62)))
-        means, counts = [], []
-        row = {"round": t, "clients": int(m), "lr": lr}
+        noise_gen = torch.Generator(device=r.device).manual_seed(int(r.rng.integers(2 ** 62)))
+        means, counts, row = [], [], {"lr": lr}
         for l in range(L):
-            members = torch.as_tensor(np.flatnonzero(groups[selected] == l))
+            members = torch.as_tensor(np.flatnonzero(groups[selected] == l), device=r.device)
             counts.append(int(members.numel()))
             if members.numel() == 0:
                 means.append({k: torch.zeros_like(v) for k, v in global_.items()})
                 continue
             group_updates = {k: v[members] for k, v in updates.items()}
             if cfg.noise_multipliers[l] > 0:
-                clipped, norms = server.clip_updates(group_updates, bounds[l])
-                means.append(server.gaussian_mean(clipped, bounds[l], z_update[l], noise_gen))
-                row[f"clip_{l}"] = bounds[l]
-                bounds[l], _ = server.adaptive_clip(norms, bounds[l], target_quantile=cfg.target_quantile,
-                                                    lr=cfg.clip_lr, count_noise_std=count_std[l], generator=noise_gen)
+                clipped, norms = server.clip_updates(group_updates, state["bounds"][l])
+                means.append(server.gaussian_mean(clipped, state["bounds"][l], self.z_update[l], noise_gen))
+                row[f"clip_{l}"] = state["bounds"][l]
+                state["bounds"][l], _ = server.adaptive_clip(
+                    norms, state["bounds"][l], target_quantile=cfg.target_quantile, lr=cfg.clip_lr,
+                    count_noise_std=self.count_std[l], generator=noise_gen)
             else:
                 means.append(server.fedavg(group_updates))
-        if any(c * r > 0 for c, r in zip(counts, cfg.ratios)):
+        anchor = global_                                      # the w_t the clients received
+        if any(c * ratio > 0 for c, ratio in zip(counts, cfg.ratios)):
             step = server.two_step(means, counts, cfg.ratios)
-            anchor = global_
-            global_ = {k: global_[k] + step[k] for k in global_}
-        else:
-            anchor = global_
+            state["global"] = {k: global_[k] + step[k] for k in global_}
         # Ditto: every participating client's personal model, pulled toward the w_t it received
         steps = cfg.personal_steps or cfg.local_steps
         for l in range(L):
-            sel = selected[groups[selected] == l]
-            if sel.size == 0:
-                continue
             pos = np.flatnonzero(groups[selected] == l)
-            idx = torch.as_tensor(sel)
-            new = ditto(model, take(personal, idx), anchor, x[pos][:, :steps], y[pos][:, :steps],
+            if pos.size == 0:
+                continue
+            idx = torch.as_tensor(selected[pos], device=r.device)
+            new = ditto(model, take(state["personal"], idx), anchor, x[pos][:, :steps], y[pos][:, :steps],
                         [gens[i] for i in pos], lam=cfg.lams[l], lr=cfg.personal_lr)
-            put(personal, idx, new)
-        acc_g_clients, loss_g_clients = shared_accuracy(model, global_, fd.test_x, fd.test_y,
-                                                        *pool, with_loss=True)
-        row["loss_g"] = float(loss_g_clients.mean())
+            put(state["personal"], idx, new)
+        return row | self._evaluate(r.t)
+
+    def _evaluate(self, t: int) -> dict:
+        cfg, model, state = self.cfg, self.model, self.state
+        acc_g, loss_g = shared_accuracy(model, state["global"], self.fd.test_x, self.fd.test_y, *self.pool,
+                                        used=self.used, with_loss=True)
+        row = {"loss_g": float(loss_g.mean())}
         with torch.no_grad():
-            row["acc_g"] = float((model.forward(global_, server_x, None).argmax(-1) == server_y).float().mean())
-        evaluate_personal = t % cfg.eval_every == 0 or t == cfg.rounds
-        acc_l_clients = (accuracy(model, personal, x_test, y_test, m_test, stacked=True) if evaluate_personal else None)
-        for l in range(L):
-            members = torch.as_tensor(groups == l)
-            row[f"acc_g_{l}"] = float(acc_g_clients[members].mean())
-            row[f"acc_l_{l}"] = float(acc_l_clients[members].mean()) if evaluate_personal else np.nan
-            if accountants[l] is not None:
-                accountants[l].compose(cfg.sampler.event(cfg.noise_multipliers[l], K, t - 1))
-                row[f"eps_{l}"] = accountants[l].epsilon(cfg.delta)
-        if L >= 2:
+            row["acc_g"] = float((model.forward(state["global"], self.server_x, None).argmax(-1)
+                                  == self.server_y).float().mean())
+        personal = t % cfg.eval_every == 0 or t == cfg.rounds
+        acc_l = accuracy(model, state["personal"], *self.test, stacked=True) if personal else None
+        for l, members in enumerate(self.members):
+            row[f"acc_g_{l}"] = float(acc_g[members].mean())
+            row[f"acc_l_{l}"] = float(acc_l[members].mean()) if personal else np.nan
+        if self.L >= 2:
             row["delta_g"] = row["acc_g_0"] - row["acc_g_1"]
             row["delta_l"] = row["acc_l_0"] - row["acc_l_1"]
-        row["seconds"] = time.perf_counter() - start
-        rows.append(row)
-        if checkpoint is not None and cfg.checkpoint_every and t % cfg.checkpoint_every == 0:
-            checkpoints.save(checkpoint, key, {"round": t, "global": global_, "personal": personal, "bounds": bounds,
-                                               "rows": rows, "groups": groups,
-                                               "accountants": [a.state_dict() if a is not None else None
-                                                               for a in accountants]})
-    return pd.DataFrame(rows)
+        return row
+
+    def state_dict(self) -> dict:
+        return self.state
+
+    def load_state_dict(self, state: dict) -> None:
+        if not np.array_equal(state["groups"], self.groups):
+            raise ValueError("the checkpoint was written with other privacy groups")
+        self.state = state
+
+
+def train_fedhdp(model: Model, fd: FederatedDataset, groups, cfg: FedHDPConfig, *, server_test=None,
+                 checkpoint: Path | None = None, checkpoint_seconds: float | None = None,
+                 deadline: float | None = None, progress: bool = True, device: str = "cpu") -> pd.DataFrame:
+    """Run FedHDP (:class:`FedHDP`); one row per round. Checkpoints, resume, the deadline and
+    ``device`` are the loop's (:func:`dpfl.federated.loop.run`)."""
+    return run(FedHDP(model, cfg, groups, server_test), fd, checkpoint=checkpoint,
+               checkpoint_seconds=checkpoint_seconds, deadline=deadline, progress=progress, device=device)

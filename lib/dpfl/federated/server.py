@@ -16,7 +16,8 @@ def fedavg(local: dict, weights=None) -> dict:
     """Mean of the client models (weighted by ``weights`` when given): McMahan et al.'s FedAvg."""
     if weights is None:
         return {k: v.mean(dim=0) for k, v in local.items()}
-    w = torch.as_tensor(weights, dtype=next(iter(local.values())).dtype)
+    first = next(iter(local.values()))
+    w = torch.as_tensor(weights, dtype=first.dtype, device=first.device)
     w = w / w.sum()
     return {k: torch.einsum("m,m...->...", w, v) for k, v in local.items()}
 
@@ -30,7 +31,7 @@ def elastic(global_: dict, local: dict, selected, alpha: float, eta: float = 1.0
     """
     checks.in_range("alpha", alpha, 0, 1)
     checks.in_range("eta", eta, 0, 1)
-    idx = torch.as_tensor(selected, dtype=torch.long)
+    idx = torch.as_tensor(selected, dtype=torch.long, device=next(iter(local.values())).device)
     mean = fedavg({k: v[idx] for k, v in local.items()})
     new_global = {k: (1 - eta) * global_[k] + eta * mean[k] for k in global_}
     helpers = interpolate({k: v[idx] for k, v in local.items()}, new_global, alpha)
@@ -77,7 +78,7 @@ def gaussian_mean(clipped: dict, bound, noise_multiplier: float, generator: torc
     out = {}
     for k, v in clipped.items():
         s = bound[k] if isinstance(bound, dict) else bound
-        noise = torch.randn(v.shape[1:], generator=generator, dtype=v.dtype)
+        noise = torch.randn(v.shape[1:], generator=generator, dtype=v.dtype, device=v.device)
         out[k] = v.mean(dim=0) + noise_multiplier * s * noise / m
     return out
 
@@ -111,7 +112,8 @@ def adaptive_clip(norms, clip: float, *, target_quantile: float = 0.5, lr: float
     checks.positive("lr", lr)
     checks.nonnegative("count_noise_std", count_noise_std)
     norms = torch.as_tensor(norms)
-    count = float((norms <= clip).sum()) + count_noise_std * float(torch.randn((), generator=generator))
+    count = float((norms <= clip).sum()) + count_noise_std * float(torch.randn((), generator=generator,
+                                                                                  device=generator.device))
     fraction = count / norms.numel()
     return clip * float(torch.exp(torch.tensor(-lr * (fraction - target_quantile)))), fraction
 

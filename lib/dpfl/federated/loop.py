@@ -1,0 +1,216 @@
+"""The one round loop every federated algorithm here runs on.
+
+PriFedSync (``engine``), client-level DP-FedAvg (``client_dp``) and FedHDP (``fedhdp``) differ only in
+what one round does; everything else lives here, once (the shape of apple/pfl-research's
+``FederatedAlgorithm.run``, with the accounting bound to the sampler as in jax_privacy):
+
+* seeding — round t's generator from (seed, t) (:func:`~dpfl.federated.sampling.round_rng`), which
+  draws the clients (the config's sampler) and, inside the algorithm, their batches;
+* device placement — :func:`dpfl.device.configure` (deterministic kernels, TF32 off on CUDA) and
+  the federated data moved to the device once;
+* accounting — each round the algorithm names the events of the round (from the sampler that drew
+  the clients or the records: ``sampler.event``, ``sampling.batch_event``), the loop composes them
+  into the algorithm's named accountants and records their readings (ε, δ at a target ε, or μ) in
+  the round's row;
+* metrics rows, timing, the progress bar;
+* stopping — the algorithm's rule (a target metric, a privacy budget) or the last round;
+* checkpoints — atomic, with the run's key and every accountant's events, every
+  ``checkpoint_every`` rounds and/or every ``checkpoint_seconds`` of wall time; a run finding a
+  checkpoint resumes bit-identically (CPU) and refuses one written by another configuration;
+* a ``deadline`` (``time.time()`` seconds): before a round that would end after it, the loop saves a
+  checkpoint and raises :class:`Interrupted`, so a time-limited machine loses no finished round.
+
+An algorithm subclasses :class:`Algorithm` and overrides what differs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from dpfl import checks
+from dpfl.accounting.accountant import Accountant
+from dpfl.data.federated import FederatedDataset
+from dpfl.device import configure
+from dpfl.federated import checkpoint as checkpoints
+from dpfl.federated.local import LocalConfig
+from dpfl.federated.sampling import FixedClients, PoissonClients, round_rng
+from dpfl.federated.schedule import LearningRate
+
+__all__ = ["LoopConfig", "Round", "Privacy", "Algorithm", "Interrupted", "run"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LoopConfig:
+    """What every algorithm's configuration holds (keyword-only): ``rounds`` (the most), the client
+    ``sampler``, the clients' ``batch_size``, ``local_steps`` per round and ``local`` training, the
+    learning-rate schedule (``dpfl.federated.schedule``), the ``seed``, the ``chunk`` of clients
+    trained in one vmapped call (None: all on CUDA, one on a CPU; never changes the numbers) and the
+    checkpoint cadence in rounds (0: none)."""
+
+    rounds: int
+    batch_size: int
+    local_steps: int
+    sampler: PoissonClients | FixedClients
+    local: LocalConfig
+    lr_schedule: LearningRate = LearningRate()
+    seed: int = 0
+    chunk: int | None = None
+    checkpoint_every: int = 0
+
+    def __post_init__(self):
+        checks.positive_int("rounds", self.rounds)
+        checks.positive_int("batch_size", self.batch_size)
+        checks.positive_int("local_steps", self.local_steps)
+        if not isinstance(self.sampler, (PoissonClients, FixedClients)):
+            raise ValueError("sampler must be PoissonClients or FixedClients")
+        if not isinstance(self.local, LocalConfig):
+            raise ValueError("local must be a LocalConfig")
+        if not isinstance(self.lr_schedule, LearningRate):
+            raise ValueError("lr_schedule must be a LearningRate")
+        checks.nonnegative_int("seed", self.seed)
+        if self.chunk is not None:
+            checks.positive_int("chunk", self.chunk)
+        checks.nonnegative_int("checkpoint_every", self.checkpoint_every)
+
+
+@dataclasses.dataclass(frozen=True)
+class Round:
+    """What an algorithm's round sees: its number t (from 1), the clients drawn for it, the round's
+    generator (after the draw: batches, noise seeds) and the device."""
+
+    t: int
+    selected: np.ndarray
+    rng: np.random.Generator
+    device: str
+
+
+@dataclasses.dataclass
+class Privacy:
+    """One accounting the loop keeps for an algorithm: the accountant the round's events named
+    ``name`` are composed into, and ``read`` — the row's columns from it (e.g. ``{"delta": …}``)."""
+
+    name: str
+    accountant: Accountant
+    read: Callable[[Accountant], dict]
+
+
+class Algorithm:
+    """The base of what :func:`run` runs, built from a ``model`` and a :class:`LoopConfig` ``cfg``: a
+    subclass overrides ``setup`` (build ``self.state`` on the device) and ``round`` (one round → its
+    row's metrics); a private one also ``accountants`` and ``events``; one with a stopping rule
+    ``stop``. ``self.state`` is what a checkpoint saves; ``progress_metric`` the column the progress
+    bar shows."""
+
+    state: dict
+    progress_metric: str | None = None
+
+    def __init__(self, model, cfg: LoopConfig):
+        self.model, self.cfg = model, cfg
+
+    def setup(self, fd: FederatedDataset, device: str) -> None:
+        raise NotImplementedError
+
+    def round(self, r: Round) -> dict:
+        raise NotImplementedError
+
+    def accountants(self) -> list[Privacy]:
+        return []
+
+    def events(self, r: Round) -> dict:
+        """The round's privacy events: {accountant name: [(event, count), …]}."""
+        return {}
+
+    def stop(self, row: dict) -> bool:
+        return False
+
+    def state_dict(self) -> dict:
+        return self.state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.state = state
+
+
+class Interrupted(BaseException):
+    """The run stopped before its deadline; a checkpoint holds every finished round. Like
+    ``KeyboardInterrupt`` it is not an ``Exception``: a grid (``dpfl.runs.run_many``) stops at once
+    instead of going on to its next run."""
+
+
+def run(algorithm: Algorithm, fd: FederatedDataset, *, checkpoint: Path | None = None,
+        checkpoint_seconds: float | None = None, deadline: float | None = None, progress: bool = True,
+        device: str = "cpu") -> pd.DataFrame:
+    """Run ``algorithm`` for up to ``algorithm.cfg.rounds`` rounds; one row per round (a tidy DataFrame).
+
+    ``checkpoint``: a path; state is saved there every ``cfg.checkpoint_every`` rounds and/or every
+    ``checkpoint_seconds`` of wall time (the round that stops the run is always saved), and a run
+    finding a checkpoint resumes from it — one written by another configuration (its
+    ``checkpoint.run_key`` differs) is refused. ``deadline``: see the module docstring.
+    """
+    cfg = algorithm.cfg
+    if checkpoint_seconds is not None:
+        checks.positive("checkpoint_seconds", checkpoint_seconds)
+    rounds, seed, sampler = cfg.rounds, cfg.seed, cfg.sampler
+    key = checkpoints.run_key(algorithm.model, fd, cfg)
+    configure(device)
+    fd = fd.to(device)
+    K = fd.num_clients
+    algorithm.setup(fd, device)
+    privacy = algorithm.accountants()
+    rows: list = []
+    saved = checkpoints.load(checkpoint, key, device)
+    if saved is not None:
+        algorithm.load_state_dict(saved["algorithm"])
+        rows = saved["rows"]
+        for p in privacy:
+            p.accountant.load_state_dict(saved["accountants"][p.name])
+        if rows and algorithm.stop(rows[-1]):
+            return pd.DataFrame(rows)
+    first = len(rows) + 1
+
+    def save():
+        checkpoints.save(checkpoint, key, {"rows": rows, "algorithm": algorithm.state_dict(),
+                                           "accountants": {p.name: p.accountant.state_dict() for p in privacy}})
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=rounds, initial=first - 1, disable=not progress, desc="rounds", leave=False)
+    last_save, longest = time.time(), 0.0
+    try:
+        for t in range(first, rounds + 1):
+            if deadline is not None and time.time() + 1.5 * longest > deadline:
+                if checkpoint is not None and rows:
+                    save()
+                raise Interrupted(f"stopped before round {t} of {rounds}: the deadline leaves too little time for "
+                                  f"another round (the longest took {longest:.1f} s); "
+                                  + (f"checkpoint {checkpoint} holds rounds 1–{t - 1}" if checkpoint else "no checkpoint"))
+            start = time.perf_counter()
+            rng = round_rng(seed, t)
+            r = Round(t, sampler.sample(K, rng, t - 1), rng, device)
+            row = {"round": t, "clients": int(r.selected.size), **algorithm.round(r)}
+            events = algorithm.events(r)
+            for p in privacy:
+                for event, count in events.get(p.name, ()):
+                    p.accountant.compose(event, count)
+                row.update(p.read(p.accountant))
+            row["seconds"] = time.perf_counter() - start
+            longest = max(longest, row["seconds"])
+            rows.append(row)
+            bar.update(1)
+            if algorithm.progress_metric:
+                bar.set_postfix({algorithm.progress_metric: f"{row[algorithm.progress_metric]:.3g}"})
+            stop = algorithm.stop(row)
+            due = (cfg.checkpoint_every and t % cfg.checkpoint_every == 0) or \
+                  (checkpoint_seconds is not None and time.time() - last_save >= checkpoint_seconds)
+            if checkpoint is not None and (due or stop):
+                save()
+                last_save = time.time()
+            if stop:
+                break
+    finally:
+        bar.close()
+    return pd.DataFrame(rows)

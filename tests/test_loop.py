@@ -1,0 +1,123 @@
+"""dpfl.federated.loop: the one round loop of PriFedSync, client-level DP-FedAvg and FedHDP —
+checkpoint → kill → resume bit-identical, the deadline, time-based checkpoints, device placement."""
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from dpfl.data.federated import FederatedDataset
+from dpfl.federated import loop
+from dpfl.federated.client_dp import ClientDPConfig, ClientLevelDP, train_client_dp
+from dpfl.federated.engine import PriFedSync, RoundConfig, train
+from dpfl.federated.fedhdp import FedHDP, FedHDPConfig, train_fedhdp
+from dpfl.federated.local import LocalConfig
+from dpfl.federated.sampling import FixedClients, PoissonClients
+from dpfl.models import GEYER_MLP
+
+
+def _data():
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(160, 1, 28, 28, generator=g), torch.randint(0, 10, (160,), generator=g)
+    clients = [np.arange(i, 160, 4) for i in range(4)]
+    return FederatedDataset(x, y, x, y, clients, clients, "random")
+
+
+SGD = LocalConfig(optimizer="sgd", lr=0.1)
+#: each algorithm: (its train function, its class, keyword arguments for a run of R rounds)
+ALGORITHMS = {
+    "prifedsync": (train, PriFedSync, lambda R, every: dict(cfg=RoundConfig(
+        rounds=R, batch_size=8, local_steps=2, sampler=PoissonClients(0.7), checkpoint_every=every,
+        local=LocalConfig(optimizer="adam", lr=1e-3, dp=True, clip=1.0, noise_multiplier=1.0)))),
+    "client_dp": (train_client_dp, ClientLevelDP, lambda R, every: dict(cfg=ClientDPConfig(
+        rounds=R, batch_size=8, local_steps=2, sampler=FixedClients(3), local=SGD, noise_multiplier=1.0,
+        clip="adaptive", per_layer=False, count_noise_std=2.0, checkpoint_every=every))),
+    "fedhdp": (train_fedhdp, FedHDP, lambda R, every: dict(groups=np.array([0, 1, 1, 0]), cfg=FedHDPConfig(
+        rounds=R, batch_size=8, local_steps=2, sampler=PoissonClients(0.8), local=SGD, checkpoint_every=every,
+        noise_multipliers=(0.0, 1.0), ratios=(1.0, 0.5), lams=(0.1, 0.1), personal_lr=0.05, count_noise_frac=1.0))),
+}
+PRIVACY_COLUMNS = {"prifedsync": ["mu_max_clt"], "client_dp": ["delta", "delta_paper"], "fedhdp": ["eps_1"]}
+
+
+def _run(name, rounds=5, every=0, **kwargs):
+    fn, _, make = ALGORITHMS[name]
+    return fn(GEYER_MLP, _data(), **make(rounds, every), progress=False, device="cpu", **kwargs)
+
+
+def _same(a, b):
+    cols = [c for c in a.columns if c != "seconds"]
+    pd.testing.assert_frame_equal(a[cols], b[cols], check_exact=True)
+
+
+@pytest.mark.parametrize("cadence", ["rounds", "seconds"])
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_checkpoint_kill_resume_is_bit_identical(name, cadence, tmp_path, monkeypatch):
+    full = _run(name)
+    assert full[PRIVACY_COLUMNS[name]].notna().all().all()            # the loop composed and read the events
+    cls = ALGORITHMS[name][1]
+    original = cls.round
+
+    def killed_in_round_4(self, r):
+        if r.t == 4:
+            raise KeyboardInterrupt("killed")
+        return original(self, r)
+
+    ckpt = tmp_path / "run.pt"
+    every, seconds = (1, None) if cadence == "rounds" else (0, 1e-9)
+    monkeypatch.setattr(cls, "round", killed_in_round_4)
+    with pytest.raises(KeyboardInterrupt):
+        _run(name, every=every, checkpoint=ckpt, checkpoint_seconds=seconds)
+    monkeypatch.setattr(cls, "round", original)
+    assert len(torch.load(ckpt, weights_only=False)["rows"]) == 3      # rounds 1–3 survived the kill
+    _same(full, _run(name, every=every, checkpoint=ckpt, checkpoint_seconds=seconds))
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_the_deadline_saves_and_stops_and_the_run_resumes(name, tmp_path):
+    ckpt = tmp_path / "run.pt"
+    _run(name, rounds=2, every=1, checkpoint=ckpt)                         # two rounds ran, then …
+    with pytest.raises(loop.Interrupted, match=r"before round 3 of 5.*holds rounds 1–2"):
+        _run(name, every=1, checkpoint=ckpt, deadline=time.time() - 1)   # … no time for a third
+    resumed = _run(name, every=1, checkpoint=ckpt, deadline=time.time() + 3600)
+    _same(_run(name), resumed)
+
+
+def test_a_deadline_without_a_checkpoint_still_stops_cleanly():
+    with pytest.raises(loop.Interrupted, match="no checkpoint"):
+        _run("prifedsync", deadline=time.time() - 1)
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_every_algorithm_keeps_its_state_on_the_device_it_was_given(name):
+    """The device-generic path with device='cpu' named explicitly: every tensor of the state lives there."""
+    _, cls, make = ALGORITHMS[name]
+    args = make(2, 0)
+    algorithm = cls(GEYER_MLP, args.pop("cfg"), *args.values())
+    loop.run(algorithm, _data(), progress=False, device="cpu")
+    tensors = []
+
+    def walk(obj):
+        if isinstance(obj, torch.Tensor):
+            tensors.append(obj)
+        elif isinstance(obj, dict):
+            for v in obj.values():
+                walk(v)
+        elif isinstance(obj, (list, tuple)):
+            for v in obj:
+                walk(v)
+
+    walk(algorithm.state_dict())
+    assert tensors and {t.device for t in tensors} == {torch.device("cpu")}
+
+
+def test_bad_loop_arguments_are_named():
+    algorithm = PriFedSync(GEYER_MLP, ALGORITHMS["prifedsync"][2](2, 0)["cfg"])
+    with pytest.raises(ValueError, match="checkpoint_seconds"):
+        loop.run(algorithm, _data(), checkpoint_seconds=0)
+    base = dict(rounds=2, batch_size=8, local_steps=2, sampler=PoissonClients(1.0), local=SGD)
+    for kwargs, name in [(dict(rounds=0), "rounds"), (dict(checkpoint_every=-1), "checkpoint_every"),
+                         (dict(chunk=0), "chunk"), (dict(sampler=0.5), "sampler"), (dict(local=None), "local"),
+                         (dict(lr_schedule=(0.9, 50)), "lr_schedule")]:
+        with pytest.raises(ValueError, match=name):
+            loop.LoopConfig(**{**base, **kwargs})
