@@ -103,8 +103,8 @@ def round_ratio(clients, steps=2, batch=16):
     cfg = LocalConfig(dp=True, noise_multiplier=2.0)
     stacked, x, y = _setup(MNIST_CNN, clients, steps, batch)
     gens = lambda: client_generators(0, 0, range(clients), device=DEVICE)
-    ours = _time(lambda: local_train(MNIST_CNN, cfg, stacked, init_state(stacked, cfg), x, y, gens()), repeat=1)
-    theirs = _time(lambda: opacus_loop(clients, x, y), repeat=1)
+    ours = _time(lambda: local_train(MNIST_CNN, cfg, stacked, init_state(stacked, cfg), x, y, gens()), repeat=3)
+    theirs = _time(lambda: opacus_loop(clients, x, y), repeat=3)
     return ours, theirs
 
 

@@ -3,21 +3,15 @@ import numpy as np
 import pytest
 
 from dpfl.accounting import gdp
+from dpfl.experiments.zheng2021 import published
 
-# details.md §1.3: (table, σ, B, n, K, R, published μ_max)
-ZHENG_MU = [
-    ("T1", 1.0, 16, 600, 38, 93, 2.71), ("T1", 0.9, 16, 600, 38, 83, 3.10), ("T1", 0.75, 16, 600, 38, 64, 3.96),
-    ("T1", 1.0, 16, 600, 38, 194, 3.92), ("T1", 0.9, 16, 600, 38, 176, 4.51), ("T1", 0.75, 16, 600, 38, 127, 5.58),
-    ("T1", 1.0, 16, 600, 38, 386, 5.52), ("T1", 0.9, 16, 600, 38, 325, 6.13), ("T1", 0.75, 16, 600, 38, 245, 7.75),
-    ("T2", 1.0, 8, 600, 76, 266, 3.24), ("T2", 0.9, 8, 600, 76, 229, 3.64), ("T2", 0.75, 8, 600, 76, 191, 4.84),
-    ("T3", 1.0, 16, 500, 32, 468, 6.70), ("T3", 0.75, 16, 500, 32, 321, 9.77), ("T3", 0.5, 16, 500, 32, 207, 26.81),
-    ("T3", 1.0, 16, 500, 32, 904, 9.31), ("T3", 0.75, 16, 500, 32, 671, 14.13), ("T3", 0.5, 16, 500, 32, 405, 37.51),
-]
+# Tables 1–3 (dpfl.experiments.zheng2021.PUBLISHED): (table, σ, B, n, K, R, published μ_max)
+ZHENG_MU = [(r.table, r.sigma, r.B, r.n, r.K, r.R, r.mu) for r in published().itertuples()]
 
 
-@pytest.mark.parametrize("table, sigma, B, n, K, R, published", ZHENG_MU)
-def test_clt_mu_reproduces_zheng_tables(table, sigma, B, n, K, R, published):
-    assert gdp.clt_mu(sigma, B, n, K * R) == pytest.approx(published, abs=0.01)
+@pytest.mark.parametrize("table, sigma, B, n, K, R, mu", ZHENG_MU)
+def test_clt_mu_reproduces_zheng_tables(table, sigma, B, n, K, R, mu):
+    assert gdp.clt_mu(sigma, B, n, K * R) == pytest.approx(mu, abs=0.01)
 
 
 def test_poisson_clt_does_not_reproduce_the_tables():

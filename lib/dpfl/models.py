@@ -9,7 +9,7 @@ returns log-probabilities, and ``masks(batch, generator)`` draws the dropout mas
 ``forward``'s optional ``tap`` (:class:`Tap`) exposes the fully connected layers (``linear``) for
 ghost clipping.
 
-* :data:`MNIST_CNN` — Zheng et al.'s MnistCNN (details.md §1.4): conv 32 → conv 64 → max-pool →
+* :data:`MNIST_CNN` — Zheng et al.'s MnistCNN (docs/zheng2021.md §2): conv 32 → conv 64 → max-pool →
   Dropout2d(0.25) → FC 128 → dropout(0.5) → FC 10. The authors apply ``Dropout2d`` to the 2-D FC
   activations, which PyTorch treats as element-wise dropout; we use element-wise dropout there.
 * :data:`CIFAR_CNN` / :func:`cifar_cnn` — the TF-tutorial CNN of Zheng et al.'s CIFAR-10 runs;
@@ -26,8 +26,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-__all__ = ["Model", "Tap", "MNIST_CNN", "CIFAR_CNN", "GEYER_MLP", "FEMNIST_CNN", "cifar_cnn", "fedhdp_mlp", "get_model",
-           "num_params"]
+__all__ = ["Model", "Tap", "MNIST_CNN", "CIFAR_CNN", "GEYER_MLP", "FEMNIST_CNN", "cifar_cnn", "fedhdp_mlp", "get_model"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,7 +151,7 @@ CIFAR_CNN = cifar_cnn()
 # -- Geyer's MLP ----------------------------------------------------------------------------------
 
 def _geyer_init(g):
-    """Truncated normal in [−2, 2] scaled by 1/√fan_in, no biases (details.md §5.1)."""
+    """Truncated normal in [−2, 2] scaled by 1/√fan_in, no biases (docs/geyer2017.md §2)."""
     p = {}
     for name, (out_f, in_f) in {"fc1.weight": (600, 784), "fc2.weight": (100, 600), "fc3.weight": (10, 100)}.items():
         w = torch.empty(out_f, in_f)
@@ -170,7 +169,7 @@ def _geyer_forward(p, x, masks=None, tap=None):
 GEYER_MLP = Model("geyer_mlp", (1, 28, 28), _geyer_init, _geyer_forward, lambda batch, g: None,
                   ("fc1", "fc2", "fc3"))
 
-# -- FedHDP's networks (Aldaghri et al., Table 6; the layer sizes were lost, details.md §3.1) --------
+# -- FedHDP's networks (Aldaghri et al., Table 6; the layer sizes were lost, docs/aldaghri_fedhdp.md §1) --------
 
 def fedhdp_mlp(hidden: int = 200, classes: int = 10) -> Model:
     """FedHDP's (F)MNIST net, Input → Flatten → FC (ReLU) → FC (softmax) (Table 6's structure).
@@ -206,7 +205,7 @@ def _femnist_masks(batch, g):
 
 #: FedHDP's FEMNIST CNN (Table 6's structure: conv → pool → conv → pool → dropout → FC → dropout →
 #: FC) with TFF's EMNIST ``cnn_dropout`` sizes (32/64 filters 3×3, FC 128, dropout 0.25/0.5, 62
-#: classes) — the correspondence is an assumption (details.md §3.1).
+#: classes) — the correspondence is an assumption (docs/aldaghri_fedhdp.md §1).
 FEMNIST_CNN = Model("femnist_cnn", (1, 28, 28), _femnist_init, _femnist_forward, _femnist_masks, ("fc1", "fc2"))
 
 _MODELS = {m.name: m for m in (MNIST_CNN, CIFAR_CNN, cifar_cnn(relu3=True), GEYER_MLP, fedhdp_mlp(), FEMNIST_CNN)}
@@ -217,7 +216,3 @@ def get_model(name: str) -> Model:
     if name not in _MODELS:
         raise ValueError(f"model must be one of {', '.join(_MODELS)}; got {name!r}")
     return _MODELS[name]
-
-
-def num_params(params: dict) -> int:
-    return sum(int(v.numel()) for v in params.values())

@@ -27,7 +27,7 @@ from dpfl.io import write_text
 from dpfl.notebook import PROFILES, resolve_device
 from dpfl.provenance import provenance
 
-#: paper id → notebook file, in the order of ``../shared/papers/INDEX.md``.
+#: paper id → notebook file, in the order of the README's paper list.
 NOTEBOOKS = {
     "zheng2021": "zheng2021_federated_fdp.ipynb",
     "kim2021": "kim2021_ldp_tradeoffs.ipynb",

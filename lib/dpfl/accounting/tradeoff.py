@@ -30,8 +30,6 @@ from dpfl.accounting._solve import smallest_meeting
 __all__ = ["TradeOff", "gaussian", "identity", "subsample", "subsample_parts", "federated_amplify",
            "compose", "compose_n", "to_epsilon_delta", "epsilon"]
 
-_TAIL = 1e-16          # loss mass left outside the grid (moved to +∞: pessimistic)
-
 
 @dataclasses.dataclass(frozen=True)
 class TradeOff:
@@ -104,7 +102,7 @@ def subsample(f: TradeOff, p: float) -> TradeOff:
     The trade-off of one step of a mechanism that is f-DP run on a subsample of a fixed fraction
     p drawn **without replacement** (replace-one neighbours). For symmetric f, with x* the point
     where f′ = −1 (x* = Φ(−μ/2) for G_μ, independent of p): C_p(f) = f_p on [0, x*], the line
-    x* + f_p(x*) − α on [x*, f_p(x*)], and f_p⁻¹ beyond (details.md §1.1).
+    x* + f_p(x*) − α on [x*, f_p(x*)], and f_p⁻¹ beyond (docs/zheng2021.md §1).
     """
     checks.in_range("p", p, 0, 1, lo_open=True)
     p = float(p)

@@ -1,6 +1,6 @@
 """Training-time augmentation on stacked, normalised batches, vectorised over every image.
 
-Zheng et al.'s CIFAR-10 runs (details.md §1.4) augment each training image with torchvision's
+Zheng et al.'s CIFAR-10 runs (docs/zheng2021.md §2) augment each training image with torchvision's
 ``RandomCrop(32, padding=4)`` followed by ``RandomHorizontalFlip()``, before normalising; we
 apply the same transformation after normalisation by padding with the normalised value of a
 black pixel, which is what zero padding becomes.

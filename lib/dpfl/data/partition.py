@@ -50,7 +50,7 @@ def label_shards(labels, num_clients: int, shards_per_client: int, shard_size: i
 
 def geyer_shards(labels, num_clients: int, rng: np.random.Generator, *, shard_size: int = 250,
                  shards_per_client: int = 2, train_size: int = 50_000) -> list:
-    """Geyer et al.'s split (their code, details.md §5.1): shards of 250 from the first 50 000
+    """Geyer et al.'s split (their code, docs/geyer2017.md §2): shards of 250 from the first 50 000
     training images (the rest is their validation set), 2 per client — 500 per client, where the
     paper says 600 (use ``shard_size=300`` for that). For K > 100 clients the 100-client split is
     replicated K/100 times (so clients share data, as in their code)."""

@@ -1,6 +1,6 @@
 """Zheng, Chen, Long & Su (2021), *Federated f-Differential Privacy*: the experiments of §4.
 
-Faithful to the authors' code (details.md §1.4): non-IID MNIST of 100 clients × 4 label shards of
+Faithful to the authors' code (docs/zheng2021.md §2): non-IID MNIST of 100 clients × 4 label shards of
 150 (200 test images per client, drawn with replacement from the test images of its labels) with
 MnistCNN, per-client Adam (lr 1e-3) kept across rounds; non-IID CIFAR-10 with Dirichlet(0.5)
 proportions, 500 train / 200 test per client (clients may share images), augmentation, CifarCNN
@@ -31,10 +31,10 @@ from dpfl.federated.sampling import PoissonClients
 from dpfl.federated.schedule import LearningRate
 from dpfl.models import MNIST_CNN, cifar_cnn
 
-__all__ = ["ZhengRun", "federated_mnist", "cifar10_split", "federated_cifar10", "first_round", "CIFAR_NORMALISATION",
+__all__ = ["ZhengRun", "PUBLISHED", "published", "federated_mnist", "cifar10_split", "federated_cifar10", "first_round", "CIFAR_NORMALISATION",
            "default_steps", "SETTINGS", "mnist_run", "cifar_run", "grid", "main"]
 
-#: The authors' CIFAR-10 normalisation (``transforms.Normalize``; details.md §1.4).
+#: The authors' CIFAR-10 normalisation (``transforms.Normalize``; docs/zheng2021.md §2).
 CIFAR_NORMALISATION = ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
 
 
@@ -74,6 +74,33 @@ def federated_cifar10(num_clients: int, seed: int, data_dir=None, **split) -> tu
     return FederatedDataset.from_partition(train_set, test_set, clients, tests, normalisation=CIFAR_NORMALISATION), q
 
 
+#: Tables 1–3 of the paper (arXiv:2102.11158), one row per published cell: table, dataset, p, σ, B, R
+#: (rounds to the target accuracy: 90 % MNIST, 52 % CIFAR-10), μ_max (Theorem 2's GDP CLT), the accuracy
+#: at R and the non-private run's accuracy at R (%; Table 2 prints none).
+PUBLISHED = (
+    ("1", "mnist", 1.0, 1.0, 16, 93, 2.71, 90.03, 98.74), ("1", "mnist", 1.0, 0.9, 16, 83, 3.10, 90.25, 98.72),
+    ("1", "mnist", 1.0, 0.75, 16, 64, 3.96, 90.10, 98.55), ("1", "mnist", 0.5, 1.0, 16, 194, 3.92, 90.02, 98.90),
+    ("1", "mnist", 0.5, 0.9, 16, 176, 4.51, 90.02, 98.83), ("1", "mnist", 0.5, 0.75, 16, 127, 5.58, 90.11, 98.54),
+    ("1", "mnist", 0.25, 1.0, 16, 386, 5.52, 90.00, 98.75), ("1", "mnist", 0.25, 0.9, 16, 325, 6.13, 90.00, 98.75),
+    ("1", "mnist", 0.25, 0.75, 16, 245, 7.75, 90.04, 98.55),
+    ("2", "mnist", 0.5, 1.0, 8, 266, 3.24, None, None), ("2", "mnist", 0.5, 0.9, 8, 229, 3.64, None, None),
+    ("2", "mnist", 0.5, 0.75, 8, 191, 4.84, None, None),
+    ("3", "cifar10", 1.0, 1.0, 16, 468, 6.70, 52.03, 64.72), ("3", "cifar10", 1.0, 0.75, 16, 321, 9.77, 52.22, 62.55),
+    ("3", "cifar10", 1.0, 0.5, 16, 207, 26.81, 52.23, 59.61), ("3", "cifar10", 0.5, 1.0, 16, 904, 9.31, 52.07, 64.65),
+    ("3", "cifar10", 0.5, 0.75, 16, 671, 14.13, 52.04, 62.53), ("3", "cifar10", 0.5, 0.5, 16, 405, 37.51, 52.01, 59.85),
+)
+
+
+def published() -> pd.DataFrame:
+    """:data:`PUBLISHED` as a table, with n (images per client) and K (local steps per round) of each
+    cell (docs/zheng2021.md §2), from which Theorem 2 gives μ_max."""
+    table = pd.DataFrame(PUBLISHED, columns=["table", "dataset", "p", "sigma", "B", "R", "mu", "acc",
+                                             "nonprivate_acc"]).astype({"acc": float, "nonprivate_acc": float})
+    table["n"] = np.where(table.dataset == "mnist", 600, 500)
+    table["K"] = [default_steps(n, B) for n, B in zip(table.n, table.B)]
+    return table
+
+
 def first_round(metrics: pd.DataFrame, target: float, column: str = "acc_stored_local") -> int | None:
     """The first round whose ``column`` reaches ``target`` (Tables 1–3's R), or None."""
     hit = metrics.index[metrics[column] >= target]
@@ -92,8 +119,9 @@ class ZhengRun:
     GPU is read on a CPU machine, its device recorded in the provenance.
     """
 
-    #: 2: one noise draw and one dropout draw per client and step (other random streams than 1)
-    code_version: ClassVar[int] = 2
+    #: 2: one noise draw and one dropout draw per client and step (other random streams than 1);
+    #: 3: client generators seeded from SeedSequence spawn keys instead of Python's hash()
+    code_version: ClassVar[int] = 3
 
     dataset: str
     p: float
@@ -188,7 +216,7 @@ class ZhengRun:
 CHECKPOINT_SECONDS = 120.0
 
 
-#: The notebook's profiles. ``paper`` is the authors' grid (details.md §1.4: 300 MNIST rounds; for
+#: The notebook's profiles. ``paper`` is the authors' grid (docs/zheng2021.md §2: 300 MNIST rounds; for
 #: p = 0.25, 600 — 500 at σ = 1 (their s2.0 config); 1000 CIFAR-10 rounds); ``quick`` keeps every
 #: per-client setting but trains 6 MNIST / 8 CIFAR-10 clients for 10 / 6 rounds; ``smoke`` is a few
 #: steps for CI. ``rounds`` maps p (or (p, σ)) to the number of rounds. ``b8``/``b8_p``: the σ and

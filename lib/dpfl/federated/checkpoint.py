@@ -44,8 +44,16 @@ def run_key(model, fd, cfg) -> str:
 
 
 def load(path, key: str, device="cpu") -> dict | None:
-    """The state saved at ``path`` (None if there is none), provided it was written under ``key``."""
-    if path is None or not Path(path).exists():
+    """The state saved at ``path`` (None if there is none), provided it was written under ``key``.
+
+    Temporary files a killed save left beside it (``.<name>.*.tmp``, up to a checkpoint's size:
+    ≈ 1.4 GB for Zheng's 100 MNIST clients) are deleted first."""
+    if path is None:
+        return None
+    path = Path(path)
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+        stale.unlink(missing_ok=True)
+    if not path.exists():
         return None
     state = torch.load(path, weights_only=False, map_location=device)
     found = state.get("run_key") if isinstance(state, dict) else None

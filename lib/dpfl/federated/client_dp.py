@@ -1,5 +1,5 @@
 """FedAvg with client-level DP: Geyer, Klein & Nabi (2017), "A client level perspective"
-(details.md §5.1), with the DP-FedAvg variants of McMahan et al. (fixed bound) and Andrew et al.
+(docs/geyer2017.md), with the DP-FedAvg variants of McMahan et al. (fixed bound) and Andrew et al.
 (adaptive clipping).
 
 Each round the sampled clients start from the global model, train locally without record-level
@@ -32,7 +32,7 @@ __all__ = ["ClientDPConfig", "ClientLevelDP", "train_client_dp", "spread"]
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ClientDPConfig(LoopConfig):
-    """FedAvg with client-level DP (Geyer, Klein & Nabi 2017; details.md §5.1).
+    """FedAvg with client-level DP (Geyer, Klein & Nabi 2017; docs/geyer2017.md §1).
 
     Each round the sampled clients start from the global model, train locally (no record-level
     noise), and send Δ_k = w_k − w; the server clips each Δ_k and adds Gaussian noise to the mean.

@@ -3,7 +3,7 @@ round loop (:mod:`dpfl.federated.loop`).
 
 One round: the sampled clients run K local steps at once (``local_train``) → each trained local
 model is evaluated on its own test set (the accuracy Zheng et al.'s code stores and averages, stale
-for unselected clients; docs/zheng2021.md) → elastic averaging (η, α) → the global model is evaluated
+for unselected clients; docs/zheng2021.md §2) → elastic averaging (η, α) → the global model is evaluated
 on every client's test set (and, every ``eval_every`` rounds, every client's local model: the clean
 personalised metric). Accounting: the batch sampler's event (``sampling.batch_event``) K times per
 round into the GDP central-limit accountant: Theorem 2's μ_max, an approximation.
@@ -37,7 +37,7 @@ __all__ = ["RoundConfig", "PriFedSync", "train"]
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RoundConfig(LoopConfig):
-    """One PriFedSync run (Zheng et al. Alg. 1 with Alg. 2 clients; docs/zheng2021.md): the loop's
+    """One PriFedSync run (Zheng et al. Alg. 1 with Alg. 2 clients; docs/zheng2021.md §2): the loop's
     settings (:class:`~dpfl.federated.loop.LoopConfig`; Zheng's CIFAR-10 code: ``lr_schedule =
     LearningRate(0.99, 10, per="client_epoch")``, a StepLR per client epoch) and elastic averaging's
     ``alpha``, ``eta``. ``augment``: random crop (padding 4) + horizontal flip of every training image

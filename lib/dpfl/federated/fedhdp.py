@@ -1,4 +1,4 @@
-"""FedHDP (Aldaghri, Mahdavifar & Beirami; Alg. 2; details.md §3.2): federated learning where
+"""FedHDP (Aldaghri, Mahdavifar & Beirami; Alg. 2; docs/aldaghri_fedhdp.md §2): federated learning where
 each client picks its privacy level.
 
 Clients belong to privacy groups (e.g. non-private, private). Each round the sampled clients train

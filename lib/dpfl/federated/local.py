@@ -5,7 +5,7 @@ Parameters and optimiser states carry a leading client axis; one local step of e
 loop over clients or samples in the training computation. DP-SGD follows Zheng et al.'s
 Algorithm 2 (and Opacus): per-sample gradients by ``vmap(grad)``, each clipped to norm C with
 factor min(1, C/(‖g‖ + 1e-6)), summed, plus N(0, (z·C)²) noise, divided by the batch size B.
-Zheng's σ corresponds to z = 2σ (replace-one sensitivity 2C; details.md §1.4).
+Zheng's σ corresponds to z = 2σ (replace-one sensitivity 2C; docs/zheng2021.md §2).
 
 Randomness (dropout masks, DP noise) comes from one ``torch.Generator`` per client, drawn in a
 fixed order, so results do not depend on the chunk size.
@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import torch
 from torch.func import grad, vmap
 
@@ -50,15 +51,15 @@ class LocalConfig:
 
 
 def client_generators(root_seed: int, round_: int, client_ids, device="cpu") -> list:
-    """One generator per client for this round, derived from (root seed, round, client id).
+    """One generator per client for this round: seeded from ``numpy.random.SeedSequence(root_seed,
+    spawn_key=(round, client id))``, so every (round, client) stream is independent of the others.
 
     On a GPU pass ``device="cuda"``: noise and masks are then drawn there (a CPU and a GPU run with
     the same seed draw different numbers; each is repeatable)."""
     gens = []
     for c in client_ids:
-        g = torch.Generator(device=device)
-        g.manual_seed(hash((int(root_seed), int(round_), int(c))) & 0x7FFF_FFFF_FFFF_FFFF)
-        gens.append(g)
+        seq = np.random.SeedSequence(int(root_seed), spawn_key=(int(round_), int(c)))
+        gens.append(torch.Generator(device=device).manual_seed(int(seq.generate_state(1, np.uint64)[0] >> 1)))
     return gens
 
 

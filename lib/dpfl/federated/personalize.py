@@ -2,7 +2,7 @@
 
 * :func:`interpolate` — Zheng et al.'s personalised helper (Alg. 1, eq. 2.1):
   h = (1 − α)·w_local + α·w_global (``server.elastic`` applies it to the sampled clients).
-* :func:`ditto` — Ditto (Li, Hu, Beirami & Smith 2021; FedHDP's personalisation, details.md §3.2):
+* :func:`ditto` — Ditto (Li, Hu, Beirami & Smith 2021; FedHDP's personalisation, docs/aldaghri_fedhdp.md §2):
   each participating client also keeps a personal model v_k and takes local steps on
   f_k(v) + λ/2·‖v − w‖², w the global model it received this round. v_k never leaves the client,
   so it needs no noise; it has its own learning rate.

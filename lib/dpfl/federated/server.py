@@ -105,7 +105,7 @@ def two_step(group_means: list, counts, ratios) -> dict:
 def adaptive_clip(norms, clip: float, *, target_quantile: float = 0.5, lr: float = 0.2,
                   count_noise_std: float, generator: torch.Generator):
     """One step of adaptive clipping (Andrew, Thakkar, McMahan & Ramaswamy 2021; the DP-FedAvg
-    baseline of FedHDP, details.md §3.2): b̃ = (#{k: ‖Δ_k‖ ≤ C} + N(0, σ_b²))/m, then
+    baseline of FedHDP, docs/aldaghri_fedhdp.md §2): b̃ = (#{k: ‖Δ_k‖ ≤ C} + N(0, σ_b²))/m, then
     C ← C·exp(−η_C (b̃ − γ)). Returns (new clip, b̃)."""
     checks.positive("clip", clip)
     checks.in_range("target_quantile", target_quantile, 0, 1)
@@ -121,7 +121,7 @@ def adaptive_clip(norms, clip: float, *, target_quantile: float = 0.5, lr: float
 def effective_noise_multiplier(noise_multiplier: float, count_noise_std: float) -> float:
     """z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2): the update's noise multiplier when the clipped count also
     consumes privacy, so that (update, count) together have multiplier z (Andrew et al. 2021;
-    details.md §3.2)."""
+    docs/aldaghri_fedhdp.md §2)."""
     checks.positive("noise_multiplier", noise_multiplier)
     checks.positive("count_noise_std", count_noise_std)
     rest = noise_multiplier ** -2 - (2 * count_noise_std) ** -2

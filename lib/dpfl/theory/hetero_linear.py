@@ -2,7 +2,7 @@
 
 Aldaghri, Mahdavifar & Beirami, *Federated Learning with Heterogeneous Differential Privacy*,
 §3 (Lemmas 1–3, 6, 7; Theorem 8; App. A.6). **Reconstruction**: the paper's formulas were lost in
-extraction; these are the re-derivations of ``details.md`` §3.3, checked there and in our tests
+extraction; these are the re-derivations of ``docs/aldaghri_fedhdp.md`` §3, checked and in our tests
 by Monte Carlo. Per coordinate (d-dimensional regression with X_kᵀX_k = nI is coordinate-wise
 identical; point estimation is n = d = 1):
 
@@ -114,7 +114,7 @@ def hdp_fedavg_mse(pop: Population) -> float:
 
 def dp_fedavg_mse(pop: Population) -> float:
     """DP-FedAvg: every client adds the private per-client noise V_p = N_p σ_p² (the most private
-    group's): (A + V_p)/N. This model of DP-FedAvg is details.md's assumption (the only one that
+    group's): (A + V_p)/N. This model of DP-FedAvg is our assumption (docs/aldaghri_fedhdp.md §3) (the only one that
     makes both Lemma 7 statements hold)."""
     return float((pop.tau2 + pop.s2 + np.max(pop.per_client_noise)) / pop.n)
 

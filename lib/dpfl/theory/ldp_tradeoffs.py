@@ -1,7 +1,7 @@
 """Kim, Günlü & Schaefer 2021 — privacy, utility and transmission rate of FedSGD with local DP.
 
 **Reconstruction.** The paper's equations were lost in extraction; this module implements the
-reconstruction of Theorem 1 in ``details.md`` §2.3, which is consistent with every surviving
+reconstruction of Theorem 1 in ``docs/kim2021.md`` §1, which is consistent with every surviving
 statement. Nothing here is the authors' own equation.
 
 Setting: user i samples each of its data points with probability q, clips its whole local gradient
