@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from dpfl.experiments.aldaghri_fedhdp import MonteCarloCheck
 from dpfl.theory import hetero_linear as hl
 
 BASE = dict(N=100, rho=0.05, tau2=0.1, s2=0.5, sigma2_p=0.05)
@@ -39,7 +40,7 @@ def test_optimal_lambda_is_the_argmin_of_the_client_mse():
 
 def test_monte_carlo_matches_closed_forms_for_regression_and_point_estimation():
     for kwargs in (dict(), dict(d=3, n=6)):
-        table = hl.MonteCarloCheck((5, 95), (0.0, 0.05), 0.1, 0.5, reps=3000, seed=1, **kwargs).compute()
+        table = MonteCarloCheck((5, 95), (0.0, 0.05), 0.1, 0.5, reps=3000, seed=1, **kwargs).compute()
         assert (table["z"].abs() <= 4).all(), table.to_string()
 
 

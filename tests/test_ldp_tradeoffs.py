@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from dpfl.theory import ldp_tradeoffs as kim
-from dpfl.theory.ldp_fedsgd import FedSGDExperiment, make_ridge_problem, run_fedsgd
+from dpfl.experiments.kim2021 import FedSGDExperiment
+from dpfl.theory.ldp_fedsgd import make_ridge_problem, run_fedsgd
 
 ARGS = dict(q=0.01, C=1.0, delta=1e-5, T=100)
 

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 
 from dpfl.accounting import hockey_stick as hs
-from dpfl.theory.contraction_search import Theorem1Check, random_kernel, search_ratio
-from dpfl.theory.projected_noisy_gd import (Algorithm1MonteCarlo, empirical_hockey_stick,
-                                            simulate_last_iterate)
+from dpfl.experiments.asoodeh2020 import Algorithm1MonteCarlo, Theorem1Check
+from dpfl.theory.contraction_search import random_kernel, search_ratio
+from dpfl.theory.projected_noisy_gd import empirical_hockey_stick, simulate_last_iterate
 
 
 def test_theorem1_search_never_exceeds_and_reaches_two_point():

@@ -7,17 +7,14 @@ says no ratio exceeds the two-point value and that the supremum reaches it.
 """
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
-import pandas as pd
 from scipy.optimize import minimize
 from scipy.special import softmax
 
 from dpfl import checks
-from dpfl.accounting.hockey_stick import contraction_coefficient, contraction_ratio, hockey_stick
+from dpfl.accounting.hockey_stick import contraction_ratio, hockey_stick
 
-__all__ = ["CONCENTRATIONS", "random_kernel", "search_ratio", "Theorem1Check"]
+__all__ = ["CONCENTRATIONS", "random_kernel", "search_ratio"]
 
 #: Dirichlet concentrations of the random input pairs, from flat to nearly point masses.
 CONCENTRATIONS = (1.0, 0.3, 0.1, 0.03)
@@ -65,31 +62,3 @@ def search_ratio(kernel, eps: float, rng: np.random.Generator, n_pairs: int = 20
                        method="Nelder-Mead", options={"maxiter": 4000, "xatol": 1e-10, "fatol": 1e-14})
         refined = max(refined, -float(res.fun))
     return best_by_alpha, refined
-
-
-@dataclasses.dataclass(frozen=True)
-class Theorem1Check:
-    """Search sup E_ε(μK‖νK)/E_ε(μ‖ν) for random kernels and compare with the two-point value."""
-
-    n_kernels: int = 20
-    n_in: int = 4
-    n_out: int = 6
-    eps: tuple = (0.0, 0.25, 0.5, 1.0)
-    n_pairs: int = 20_000
-    seed: int = 0
-
-    def compute(self) -> pd.DataFrame:
-        rows = []
-        root = np.random.SeedSequence([self.seed, 1])
-        for k, child in enumerate(root.spawn(self.n_kernels)):
-            rng = np.random.default_rng(child)
-            kernel = random_kernel(self.n_in, self.n_out, rng, concentration=rng.choice([0.3, 1.0, 3.0]))
-            for eps in self.eps:
-                two_point = float(contraction_coefficient(kernel, eps))
-                by_alpha, refined = search_ratio(kernel, eps, rng, self.n_pairs)
-                rows.append({"kernel": k, "eps": eps, "two_point": two_point,
-                             **{f"random_max_a{a:g}": v for a, v in by_alpha.items()},
-                             "refined_max": refined})
-        table = pd.DataFrame(rows)
-        table["gap"] = table["two_point"] - table["refined_max"]
-        return table

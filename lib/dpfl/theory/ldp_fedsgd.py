@@ -14,13 +14,10 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-import pandas as pd
-from scipy.stats import differential_entropy
 
 from dpfl import checks
-from dpfl.theory.ldp_tradeoffs import rate_bound, utility_bound
 
-__all__ = ["RidgeProblem", "make_ridge_problem", "run_fedsgd", "FedSGDExperiment"]
+__all__ = ["RidgeProblem", "make_ridge_problem", "run_fedsgd"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,51 +95,3 @@ def run_fedsgd(problem: RidgeProblem, sigma2: float, q: float, T: int, repetitio
         norm_w = np.linalg.norm(w, axis=-1, keepdims=True)
         w = w / np.maximum(1.0, norm_w / problem.radius)                    # proj onto the D-ball
     return w, np.concatenate(messages), clipped / (T * R * N)
-
-
-@dataclasses.dataclass(frozen=True)
-class FedSGDExperiment:
-    """Measured utility 1/E[F(w_T) − F*] and entropy rate next to Kim et al.'s bounds.
-
-    ``sigma2_over_c2`` holds, per method in ``labels``, the prescribed noise variance in units of
-    C² (every accounting calibrates σ/(2C), so σ² scales exactly with C²); the experiment's C is
-    the gradient bound of its data."""
-
-    sigma2_over_c2: tuple
-    labels: tuple
-    q: float = 0.01
-    T: int = 100
-    n_users: int = 50
-    n_per_user: int = 1000
-    d: int = 10
-    ridge: float = 0.1
-    repetitions: int = 50
-    seed: int = 0
-
-    def compute(self) -> pd.DataFrame:
-        root = np.random.SeedSequence([self.seed, 4])
-        data_rng, *run_rngs = (np.random.default_rng(s) for s in root.spawn(1 + len(self.labels)))
-        problem = make_ridge_problem(self.n_users, self.n_per_user, self.d, self.ridge, data_rng)
-        rows = []
-        for label, ratio, rng in zip(self.labels, self.sigma2_over_c2, run_rngs):
-            if not np.isfinite(ratio):
-                continue
-            sigma2 = ratio * problem.clip ** 2
-            w, messages, clipped = run_fedsgd(problem, sigma2, self.q, self.T, self.repetitions, rng)
-            gap = float(np.mean(problem.loss(w) - problem.f_star))
-            # Entropy per symbol: mean over coordinates of a spacing estimate (Vasicek), with a
-            # standard error from 8 disjoint batches of messages.
-            batches = np.array_split(rng.permutation(messages), 8)
-            per_batch = [np.mean(differential_entropy(b, base=2, axis=0)) for b in batches]
-            entropy = float(np.mean(differential_entropy(messages, base=2, axis=0)))
-            rows.append({
-                "method": label, "sigma2": sigma2,
-                "measured utility": 1.0 / gap,
-                "utility bound": float(utility_bound(self.T, np.full(self.n_users, sigma2), problem.clip,
-                                                     self.d, problem.lam, problem.beta)[()]),
-                "entropy rate (bits/symbol)": entropy,
-                "entropy s.e.": float(np.std(per_batch, ddof=1) / np.sqrt(len(per_batch))),
-                "rate bound (bits/symbol)": float(rate_bound(sigma2, problem.clip, self.d)),
-                "clipped fraction": clipped, "lambda": problem.lam, "beta": problem.beta, "C": problem.clip,
-            })
-        return pd.DataFrame(rows)

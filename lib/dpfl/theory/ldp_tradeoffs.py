@@ -23,17 +23,15 @@ Utility (11): U(T) ≥ λ²T / (2β(C² + d Σᵢ pᵢ² σᵢ²)); rate (12): R
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
-import pandas as pd
 
 from dpfl import checks
 from dpfl.accounting import calibrate, composition, gaussian, rdp, tradeoff
 
 __all__ = ["METHODS", "PAPER_METHODS", "noise_floor", "noise_cap", "min_noise_variance",
-           "utility_bound", "rate_bound", "NoiseCurves"]
+           "utility_bound", "rate_bound"]
 
 PAPER_METHODS = ("proposed", "ma", "ac2", "ac1")
 METHODS = PAPER_METHODS + ("exact",)
@@ -162,26 +160,3 @@ def rate_bound(sigma2, C, d):
     checks.positive("C", C)
     checks.positive("d", d)
     return 0.5 * np.log2(2 * np.pi * np.e * (np.asarray(sigma2, dtype=float) + C ** 2 / d))
-
-
-@dataclasses.dataclass(frozen=True)
-class NoiseCurves:
-    """Minimal σ² versus ε for each method and horizon (Table 1 / Fig. 1(a)), as a tidy table."""
-
-    eps: tuple
-    T: tuple = (100, 1000)
-    q: float = 0.01
-    C: float = 1.0
-    delta: float = 1e-5
-    methods: tuple = METHODS
-    rdp_form: str = "abadi_lemma3"
-
-    def compute(self) -> pd.DataFrame:
-        rows = []
-        for T in self.T:
-            for method in self.methods:
-                for eps in self.eps:
-                    sigma2, status = min_noise_variance(method, eps, self.q, self.C, self.delta, T,
-                                                        rdp_form=self.rdp_form)
-                    rows.append({"T": T, "method": method, "eps": eps, "sigma2": sigma2, "status": status})
-        return pd.DataFrame(rows)

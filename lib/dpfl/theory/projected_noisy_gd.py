@@ -9,15 +9,12 @@ histogram plug-in estimator (the projection puts atoms at ±ρ, which get their 
 """
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
-import pandas as pd
 
 from dpfl import checks
-from dpfl.accounting.hockey_stick import hockey_stick, last_iterate_delta
+from dpfl.accounting.hockey_stick import hockey_stick
 
-__all__ = ["simulate_last_iterate", "empirical_hockey_stick", "Algorithm1MonteCarlo"]
+__all__ = ["simulate_last_iterate", "empirical_hockey_stick"]
 
 
 def simulate_last_iterate(x, q: float, sigma: float, eta: float, rho: float, n_samples: int,
@@ -51,7 +48,7 @@ def empirical_hockey_stick(a, b, eps, *, rho: float, bins: int = 40):
     """Plug-in estimate of E_ε(P‖Q) from samples ``a`` ~ P and ``b`` ~ Q on [−ρ, ρ].
 
     Equal-width cells on the open interval plus one cell for each atom at ±ρ. The estimate is
-    biased upward by sampling noise (see the noise floor in :class:`Algorithm1MonteCarlo`) and
+    biased upward by sampling noise (see the noise floor in :class:`dpfl.experiments.asoodeh2020.Algorithm1MonteCarlo`) and
     downward by binning.
     """
     checks.positive_int("bins", bins)
@@ -64,37 +61,3 @@ def empirical_hockey_stick(a, b, eps, *, rho: float, bins: int = 40):
         return counts / s.size
 
     return hockey_stick(cells(a), cells(b), eps)
-
-
-@dataclasses.dataclass(frozen=True)
-class Algorithm1MonteCarlo:
-    """Empirical E_ε of the last iterate versus Theorem 2's δ, for one sub-sampling rate q."""
-
-    q: float = 0.1
-    n: int = 100
-    sigma: float = 1.5
-    eta: float = 0.5
-    lipschitz: float = 1.0
-    rho: float = 1.0
-    eps: tuple = (0.0, 0.1, 0.25, 0.5)
-    n_samples: int = 200_000
-    bins: int = 40
-    seed: int = 0
-
-    def compute(self) -> pd.DataFrame:
-        root = np.random.SeedSequence([self.seed, 2, int(round(self.q * 1000))])
-        data_rng, rng_p, rng_q, rng_floor = (np.random.default_rng(s) for s in root.spawn(4))
-        x = data_rng.uniform(-self.lipschitz, self.lipschitz, self.n)
-        x_prime = x.copy()
-        x[0], x_prime[0] = self.lipschitz, -self.lipschitz
-        args = (self.q, self.sigma, self.eta, self.rho, self.n_samples)
-        w = simulate_last_iterate(x, *args, rng_p)
-        w_prime = simulate_last_iterate(x_prime, *args, rng_q)
-        w_again = simulate_last_iterate(x, *args, rng_floor)
-        eps = np.asarray(self.eps, dtype=float)
-        est = np.maximum(empirical_hockey_stick(w, w_prime, eps, rho=self.rho, bins=self.bins),
-                         empirical_hockey_stick(w_prime, w, eps, rho=self.rho, bins=self.bins))
-        floor = empirical_hockey_stick(w, w_again, eps, rho=self.rho, bins=self.bins)
-        bound = last_iterate_delta(eps, self.q, self.n, self.sigma, self.eta, self.lipschitz, self.rho)
-        return pd.DataFrame({"q": self.q, "eps": eps, "empirical": est, "noise_floor": floor,
-                             "theorem2": bound, "mass_at_boundary": np.mean(np.abs(w) >= self.rho)})
