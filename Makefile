@@ -21,7 +21,7 @@ PIP_FILTER  := grep -v "is ignored: it is neither a file nor a directory" || tru
 .PHONY: help venv reproduce quick test bench lab clean distclean $(PAPERS)
 
 help: ## list the targets
-	@echo "dpfl — make targets (variables: PROFILE=smoke|quick|paper, DEVICE=auto|cpu|cuda, SEED, DPFL_DATA, FORCE=1)"
+	@echo "dpfl — make targets (variables: PROFILE=smoke|quick|paper, DEVICE=auto|cpu|cuda, SEED, DPFL_DATA, FORCE=1, RESULTS_ONLY=1)"
 	@grep -hE '^[a-zA-Z0-9_ -]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([^:]+):.*## (.*)/  \1\t\2/' | expand -t 22
 
 $(STAMP): pyproject.toml

@@ -1,4 +1,5 @@
 """Every paper notebook: committed clean, parameterised, and run at profile="smoke"."""
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -145,3 +146,18 @@ def test_gpu_scale_notebooks_run_quick_on_a_cpu_unless_insisted():
     assert reproduce.effective_profile("zheng2021", "paper", "cpu", cpu_paper=True) == "paper"
     assert reproduce.effective_profile("zheng2021", "smoke", "cpu") == "smoke"
     assert reproduce.effective_profile("asoodeh2020", "paper", "cpu") == "paper"      # numerics only
+
+
+def test_results_only_renders_at_the_requested_profile(tmp_path, monkeypatch, capsys):
+    """With --results-only a CPU machine renders profile paper from cached (GPU) results instead of
+    falling back to quick, and a missing result fails the notebook with the list."""
+    nbdir, figures = tmp_path / "notebooks", tmp_path / "figures"
+    nbdir.mkdir()
+    _notebook(nbdir / reproduce.NOTEBOOKS["zheng2021"],
+              "import os\nfrom pathlib import Path\nPath(out_dir, 'env.txt').write_text(os.environ.get('RESULTS_ONLY', ''))")
+    monkeypatch.delenv("RESULTS_ONLY", raising=False)
+    code = reproduce.main(["zheng2021", "--results-only", "--device", "cpu", "--notebooks-dir", str(nbdir),
+                           "--figures-dir", str(figures)])
+    assert code == 0 and (figures / "zheng2021" / "env.txt").read_text() == "1"
+    record = json.loads((figures / "zheng2021" / "RUN.json").read_text())
+    assert record["profile"] == "paper" and record["note"].startswith("results only")

@@ -189,3 +189,18 @@ def test_atomic_writes_get_ordinary_permissions(tmp_path):
     path = write_text(tmp_path / "a.txt", "x")
     assert path.stat().st_mode & 0o044 == 0o044          # group/other may read, as with open()
     assert [p.name for p in tmp_path.iterdir()] == ["a.txt"]
+
+
+def test_results_only_computes_nothing_and_lists_what_is_missing(tmp_path, monkeypatch):
+    """Render from results computed elsewhere (a GPU) without ever starting a run on this machine."""
+    cache = runs.Cache(tmp_path)
+    runs.run(Square(1.0), cache)
+    CALLS.clear()
+    monkeypatch.setenv("RESULTS_ONLY", "1")
+    assert runs.run(Square(1.0), cache).value == {"y": 1.0}                     # cached: read
+    with pytest.raises(runs.MissingRuns, match=r"2 run\(s\) are not in (.|\n)*Square-.*'x': '2.0'") as err:
+        runs.run_many([Square(1.0), Square(2.0), Square(3.0)], cache, progress=False)
+    assert err.value.missing == [Square(2.0), Square(3.0)] and CALLS == []     # before any work
+    with pytest.raises(runs.MissingRuns):
+        runs.run(Square(2.0), cache)
+    assert CALLS == [] and not cache.path(Square(2.0)).exists()

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from dpfl import checks, reporting
+from dpfl import checks, reporting, runs
 from dpfl.io import write_text
 from dpfl.notebook import PROFILES, resolve_device
 from dpfl.provenance import provenance
@@ -146,7 +146,13 @@ def main(argv=None) -> int:
     parser.add_argument("--figures-dir", default="figures")
     parser.add_argument("--cpu-paper", action="store_true",
                         help=f"run {', '.join(sorted(GPU_PAPER))} at profile paper even without a GPU (days)")
+    parser.add_argument("--results-only", action="store_true", default=runs.env_flag("RESULTS_ONLY"),
+                        help="compute nothing: render every notebook from cached results (e.g. runs computed on a "
+                             "GPU elsewhere) at the requested profile; a missing result fails its notebook with "
+                             "the list of what is missing (default: the RESULTS_ONLY environment variable)")
     args = parser.parse_args(argv)
+    if args.results_only:
+        os.environ["RESULTS_ONLY"] = "1"             # the notebooks' kernels inherit it
 
     for paper in args.papers:
         if paper not in NOTEBOOKS:
@@ -161,7 +167,7 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     failures = {}
     for k, paper in enumerate(available, 1):
-        profile = effective_profile(paper, args.profile, args.device, args.cpu_paper)
+        profile = effective_profile(paper, args.profile, args.device, args.cpu_paper or args.results_only)
         if profile != args.profile:
             print(f"  {paper}: profile paper trains at the papers' scale and needs a GPU; none here, so it runs "
                   f"at profile quick (pass --cpu-paper to insist)", flush=True)
@@ -169,7 +175,8 @@ def main(argv=None) -> int:
               f"elapsed {time.perf_counter() - start:.0f} s)", flush=True)
         try:
             run_notebook(paper, profile=profile, notebooks_dir=args.notebooks_dir,
-                         note="paper requested; it needs a GPU and none was found" if profile != args.profile else "",
+                         note=("paper requested; it needs a GPU and none was found" if profile != args.profile
+                               else "results only: read from the cache, nothing computed" if args.results_only else ""),
                          figures_dir=args.figures_dir, device=args.device, seed=args.seed,
                          data_dir=args.data_dir)
         except NotebookFailed as err:

@@ -5,7 +5,7 @@ picklable value, typically a pandas DataFrame). ``run(config)`` is pure and idem
 the cached result for the config's hash when there is one, otherwise computes it and writes it
 atomically, with provenance (package version, git commit, device, wall time, seed). A grid run
 with :func:`run_many` therefore resumes where it was interrupted. Set ``FORCE=1`` in the
-environment (or pass ``force=True``) to recompute.
+environment (or pass ``force=True``) to recompute, or ``RESULTS_ONLY=1`` to compute nothing (a missing result is then an error that lists it).
 
 A config class may set ``code_version: ClassVar[int]``; bump it when ``compute`` changes meaning,
 so that old cached results are no longer matched. Fields that say where things are rather than
@@ -44,11 +44,24 @@ from dpfl.io import atomic_path, write_text
 from dpfl.provenance import provenance
 
 __all__ = ["Cache", "Result", "config_hash", "run", "run_many", "default_cache", "CorruptCacheWarning",
-           "RunsFailed"]
+           "RunsFailed", "MissingRuns", "env_flag"]
 
 
 class CorruptCacheWarning(UserWarning):
     """A cached result could not be read; it is recomputed."""
+
+
+class MissingRuns(RuntimeError):
+    """Results-only mode (``RESULTS_ONLY=1``, or ``results_only=True``): results that are not in the
+    cache are never computed; ``missing`` lists their configs."""
+
+    def __init__(self, missing: list, cache: "Cache"):
+        self.missing = missing
+        lines = [f"  {cache.path(c).name}: {_jsonable(c)}" for c in missing[:20]]
+        more = f"\n  … and {len(missing) - 20} more" if len(missing) > 20 else ""
+        super().__init__(f"results-only mode: {len(missing)} run(s) are not in {cache.root} and are not "
+                         "computed (unset RESULTS_ONLY to compute them, or fetch them from the machine that "
+                         "did):\n" + "\n".join(lines) + more)
 
 
 class RunsFailed(RuntimeError):
@@ -161,8 +174,13 @@ def default_cache() -> Cache:
     return Cache(root)
 
 
+def env_flag(name: str) -> bool:
+    """Whether the environment variable ``name`` is set to something other than "", 0, false or no."""
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+
+
 def _force_from_env() -> bool:
-    return os.environ.get("FORCE", "").strip().lower() not in ("", "0", "false", "no")
+    return env_flag("FORCE")
 
 
 def _compute(config) -> Result:
@@ -174,10 +192,13 @@ def _compute(config) -> Result:
     return Result(config, value, record, cached=False)
 
 
-def run(config, cache: Cache | None = None, *, force: bool | None = None) -> Result:
+def run(config, cache: Cache | None = None, *, force: bool | None = None,
+        results_only: bool | None = None) -> Result:
     """Return the result of ``config.compute()``, from ``cache`` when present.
 
-    ``force`` (default: the ``FORCE`` environment variable) recomputes and overwrites.
+    ``force`` (default: the ``FORCE`` environment variable) recomputes and overwrites;
+    ``results_only`` (default: ``RESULTS_ONLY``) never computes: a missing result raises
+    :class:`MissingRuns` (to render figures from results computed elsewhere, e.g. on a GPU).
     """
     _check_config(config)
     cache = cache or default_cache()
@@ -186,19 +207,22 @@ def run(config, cache: Cache | None = None, *, force: bool | None = None) -> Res
         hit = cache.load(config)
         if hit is not None:
             return hit
+    if env_flag("RESULTS_ONLY") if results_only is None else results_only:
+        raise MissingRuns([config], cache)
     result = _compute(config)
     cache.store(result)
     return result
 
 
 def run_many(configs: Iterable, cache: Cache | None = None, *, executor: Executor | None = None,
-             force: bool | None = None, progress: bool = True) -> list[Result]:
+             force: bool | None = None, results_only: bool | None = None, progress: bool = True) -> list[Result]:
     """Run a grid of configs; cached ones are reused, so an interrupted grid resumes.
 
     ``executor`` is any ``concurrent.futures.Executor`` (a process pool, or a cluster executor
     with the same interface); results are written by this process as they arrive. A run that
     raises does not stop the others: they finish and are cached, then :class:`RunsFailed` lists
-    every failure (an unreadable cache entry is recomputed, see :meth:`Cache.load`).
+    every failure (an unreadable cache entry is recomputed, see :meth:`Cache.load`). In results-only
+    mode (see :func:`run`) every missing result is listed in one :class:`MissingRuns`, before any work.
     """
     configs: Sequence = list(configs)
     for config in configs:
@@ -207,6 +231,8 @@ def run_many(configs: Iterable, cache: Cache | None = None, *, executor: Executo
     force = _force_from_env() if force is None else force
     results: list[Result | None] = [None if force else cache.load(c) for c in configs]
     todo = [i for i, r in enumerate(results) if r is None]
+    if todo and (env_flag("RESULTS_ONLY") if results_only is None else results_only):
+        raise MissingRuns([configs[i] for i in todo], cache)
     failures: dict = {}
     bar = _progress(len(todo), progress, f"{len(configs) - len(todo)} cached")
     try:
