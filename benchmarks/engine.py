@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train
 from dpfl.models import CIFAR_CNN, MNIST_CNN
+from dpfl.opcount import OpCounter
 from dpfl.provenance import device_name, git_commit
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -132,42 +133,16 @@ print(json.dumps(peak))
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-class _CountOps:
-    """Counts the ATen operations run inside it (below vmap: the batched kernels a GPU would launch)."""
-
-    RNG = ("randn", "rand", "bernoulli", "normal", "uniform", "randint")
-
-    def __enter__(self):
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        counter = self
-
-        class Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                name = func.__name__.split(".")[0]
-                counter.ops += 1
-                counter.rng += any(name.startswith(r) for r in counter.RNG)
-                return func(*args, **(kwargs or {}))
-
-        self.ops = self.rng = 0
-        self._mode = Mode()
-        self._mode.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self._mode.__exit__(*exc)
-
-
 def launches_per_round(clients=10, steps=2, batch=16) -> dict:
     """ATen ops and random draws of one DP-SGD round of ``clients`` MnistCNN clients, now and with the
     previous per-tensor draws (replayed: the same shapes drawn tensor by tensor)."""
     cfg = LocalConfig(dp=True, noise_multiplier=2.0)
     stacked, x, y = _setup(MNIST_CNN, clients, steps, batch)
-    with _CountOps() as now:
+    with OpCounter() as now:
         local_train(MNIST_CNN, cfg, stacked, init_state(stacked, cfg), x, y,
                     client_generators(0, 0, range(clients), device=DEVICE), chunk=clients)   # the GPU path
     shapes = [v.shape[1:] for v in stacked.values()]
-    with _CountOps() as before:                                 # the old draws of one round, replayed
+    with OpCounter() as before:                                 # the old draws of one round, replayed
         for g in client_generators(0, 0, range(clients), device=DEVICE):
             for _ in range(steps):
                 for shape in shapes:
@@ -175,8 +150,8 @@ def launches_per_round(clients=10, steps=2, batch=16) -> dict:
                 for _ in range(2):                               # the two dropout masks
                     keep = torch.full((batch, 192), 0.75, device=DEVICE)
                     torch.bernoulli(keep, generator=g).div(0.75)
-    old_total = now.ops - now.rng + before.ops                   # the rest of the round is unchanged
-    return {"ops_now": now.ops, "rng_now": now.rng, "ops_before": old_total, "rng_before": before.rng}
+    old_total = now.ops - now.draws + before.ops                   # the rest of the round is unchanged
+    return {"ops_now": now.ops, "rng_now": now.draws, "ops_before": old_total, "rng_before": before.draws}
 
 
 def main():

@@ -202,3 +202,24 @@ def test_ditto_personal_step_equals_the_proximal_loop_and_its_limits():
     with pytest.raises(ValueError, match="^anchor"):
         local_train(model, LocalConfig(optimizer="sgd", prox=1.0), _stack(v0, m), {}, x, y,
                     client_generators(0, 0, range(m)))
+
+
+@pytest.mark.parametrize("model, per_step", [(MNIST_CNN, 2), (GEYER_MLP, 1)])
+def test_one_noise_draw_and_one_mask_draw_per_client_and_step(model, per_step):
+    """The draws ``make bench`` (d) reports: one randn for all of a client's noise and one rand for
+    both dropout masks per client and step (MnistCNN: 2; the dropout-free MLP: 1), where the engine
+    once drew per tensor (MnistCNN: 8 randn + 2 bernoulli)."""
+    import doctest
+
+    from dpfl import opcount
+    from dpfl.opcount import OpCounter
+
+    assert doctest.testmod(opcount).failed == 0
+    m, steps = 3, 2
+    cfg = LocalConfig(dp=True, noise_multiplier=1.0)
+    params = {k: v.unsqueeze(0).repeat(m, *[1] * v.ndim) for k, v in model.init(torch.Generator().manual_seed(0)).items()}
+    x = torch.randn(m, steps, 4, *model.input_shape)
+    y = torch.randint(0, 10, (m, steps, 4))
+    with OpCounter() as count:
+        local_train(model, cfg, params, init_state(params, cfg), x, y, client_generators(0, 1, range(m)), chunk=m)
+    assert count.draws == per_step * m * steps

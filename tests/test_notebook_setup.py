@@ -57,11 +57,11 @@ def test_a_caveat_goes_into_the_file_name_and_the_title(tmp_path):
     fig, ax = plt.subplots()
     ax.set_title("Fig. 5")
     assert nb.savefig(fig, "fig5", caveat="reconstruction").name == "fig5_reconstruction.png"
-    assert "[reconstruction]" in fig._suptitle.get_text()
+    assert "[reconstruction]" in fig.get_suptitle()
     fig, ax = plt.subplots()
     ax.set_title("Fig. 4.3 — CIFAR-10 (JPEG copy)")                     # already said: left as it is
     assert nb.savefig(fig, "fig4_3", caveat="CIFAR-10 (JPEG copy)").name == "fig4_3_cifar-10-jpeg-copy.png"
-    assert fig._suptitle is None
+    assert fig.get_suptitle() == ""
     path = nb.save_table(pd.DataFrame({"a": [1]}), "table1", caveat="reconstruction")
     assert path.name == "table1_reconstruction.csv"
     assert (tmp_path / "table1_reconstruction.md").read_text().startswith("*table1_reconstruction — reconstruction*")

@@ -26,12 +26,12 @@ def in_range(name: str, value, lo=None, hi=None, *, lo_open: bool = False, hi_op
     Raises ``ValueError`` naming ``name`` and the interval otherwise. NaN is always rejected and
     ±inf too unless ``finite=False`` (σ = ∞ or ε = ∞ are limits, not settings a run can have).
     """
+    if np.asarray(value).dtype == bool:
+        raise ValueError(f"{name} must be a number, not a boolean; got {value!r}")
     try:
         arr = np.asarray(value, dtype=float)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a number; got {value!r}") from None
-    if isinstance(value, (bool, np.bool_)) or arr.dtype == object or np.asarray(value).dtype == bool:
-        raise ValueError(f"{name} must be a number, not a boolean; got {value!r}")
     bad = np.isnan(arr)
     if finite:
         bad |= np.isinf(arr)
@@ -62,10 +62,7 @@ def counts(name: str, value):
 
     Integral floats (3.0) pass, as step counts often come out of arithmetic; fractions, booleans,
     NaN and ±inf are rejected with the parameter's name."""
-    raw = np.asarray(value)
-    if raw.dtype == bool or isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be a positive integer (>= 1), not a boolean; got {value!r}")
-    in_range(name, value, 1, None)
+    in_range(name, value, 1, None)                  # also rejects booleans
     arr = np.asarray(value, dtype=float)
     if np.any(arr != np.round(arr)):
         shown = value if arr.ndim == 0 else arr[arr != np.round(arr)].ravel()[:3].tolist()

@@ -87,7 +87,7 @@ class Notebook:
         title already says it, to the figure's title, so the figure cannot pass for the paper's."""
         name = _with_caveat(name, caveat)
         if caveat and not any(caveat in t for t in _titles(fig)):
-            current = fig._suptitle.get_text() if fig._suptitle is not None else ""
+            current = fig.get_suptitle()
             fig.suptitle(f"{current} [{caveat}]" if current else f"[{caveat}]")
         for ext in ("png", "pdf"):
             with atomic_path(self.out_dir / f"{name}.{ext}") as tmp:
@@ -141,8 +141,7 @@ def _with_caveat(name: str, caveat: str | None) -> str:
 
 
 def _titles(fig) -> list[str]:
-    texts = [fig._suptitle.get_text()] if fig._suptitle is not None else []
-    return texts + [ax.get_title(loc) for ax in fig.axes for loc in ("center", "left", "right")]
+    return [fig.get_suptitle()] + [ax.get_title(loc) for ax in fig.axes for loc in ("center", "left", "right")]
 
 
 def setup(paper: str, *, profile: str, device: str = "auto", seed: int = 0, data_dir=None,

@@ -63,14 +63,17 @@ def recover(figures_dir, paper: str) -> None:
     ``figures/<paper>/`` from ``figures/.staging/<paper>.old`` where they are missing."""
     final = Path(figures_dir).resolve() / paper
     old = _staging(figures_dir, paper).with_name(paper + ".old")
-    if not old.exists():
-        return
-    if not final.exists():
+    if old.exists() and not final.exists():
         os.replace(old, final)
-        return
+    _keep_cache(old, final)
+
+
+def _keep_cache(old: Path, final: Path) -> None:
+    """Move the run cache from the replaced outputs ``old`` into ``final``, then delete ``old``."""
     if (old / "cache").exists() and not (final / "cache").exists():
         os.replace(old / "cache", final / "cache")
-    shutil.rmtree(old)
+    if old.exists():
+        shutil.rmtree(old)
 
 
 def swap_in(staging: Path, final: Path) -> None:
@@ -84,10 +87,7 @@ def swap_in(staging: Path, final: Path) -> None:
     if final.exists():
         os.replace(final, old)
     os.replace(staging, final)
-    if (old / "cache").exists() and not (final / "cache").exists():
-        os.replace(old / "cache", final / "cache")
-    if old.exists():
-        shutil.rmtree(old)
+    _keep_cache(old, final)
 
 
 def run_notebook(paper: str, *, profile: str, notebooks_dir="notebooks", figures_dir="figures",

@@ -298,15 +298,11 @@ def main(argv=None) -> int:
                             deadline=deadline)
             if cache.load(c) is None]
     print(f"{args.profile}: {len(todo)} run(s) missing from {args.cache}", flush=True)
-    start = time.perf_counter()
     for k, config in enumerate(todo, 1):
-        if time.perf_counter() - start >= args.budget:
-            print(f"budget of {args.budget:.0f} s spent; {len(todo) - k + 1} run(s) left", flush=True)
-            return 3
-        try:
+        try:                                   # the loop stops a run at the deadline, before its first round too
             result = runs.run(config, cache)
         except Interrupted as stop:
-            print(f"budget of {args.budget:.0f} s reached: {stop}", flush=True)
+            print(f"budget of {args.budget:.0f} s reached: {stop}; {len(todo) - k + 1} run(s) left", flush=True)
             return 3
         print(f"[{k}/{len(todo)}] {config.dataset} p={config.p:g} σ={config.sigma} B={config.batch_size}: "
               f"{len(result.value)} rounds in {result.provenance['wall_time_s']:.0f} s", flush=True)

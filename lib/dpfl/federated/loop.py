@@ -183,11 +183,12 @@ def run(algorithm: Algorithm, fd: FederatedDataset, *, checkpoint: Path | None =
     try:
         for t in range(first, rounds + 1):
             if deadline is not None and time.time() + 1.5 * longest > deadline:
-                if checkpoint is not None and rows:
+                saved_now = checkpoint is not None and bool(rows)
+                if saved_now:
                     save()
                 raise Interrupted(f"stopped before round {t} of {rounds}: the deadline leaves too little time for "
                                   f"another round (the longest took {longest:.1f} s); "
-                                  + (f"checkpoint {checkpoint} holds rounds 1–{t - 1}" if checkpoint else "no checkpoint"))
+                                  + (f"checkpoint {checkpoint} holds rounds 1–{t - 1}" if saved_now else "no checkpoint"))
             start = time.perf_counter()
             rng = round_rng(seed, t)
             r = Round(t, sampler.sample(K, rng, t - 1), rng, device)
