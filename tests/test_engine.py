@@ -6,7 +6,8 @@ import torch
 from dpfl.accounting import gdp
 from dpfl.data import FederatedDataset, load_dataset, partition
 from dpfl.federated import server
-from dpfl.federated.engine import RoundConfig, train
+from dpfl.federated.engine import PriFedSync, RoundConfig
+from dpfl.federated.loop import run
 from dpfl.federated.local import LocalConfig
 from dpfl.federated.sampling import FixedClients, PoissonClients
 from dpfl.federated.schedule import LearningRate
@@ -65,7 +66,7 @@ def test_convergence_on_real_mnist_shards(mnist_shards):
     for name, (local, batch, min_local, min_global) in runs.items():
         cfg = RoundConfig(rounds=3, batch_size=batch, local_steps=12, sampler=PoissonClients(1.0), local=local,
                           seed=0, eval_every=3)
-        m = train(GEYER_MLP, mnist_shards, cfg, progress=False)
+        m = run(PriFedSync(GEYER_MLP, cfg), mnist_shards, progress=False)
         assert m["acc_stored_local"].iloc[-1] > min_local, name
         assert m["acc_global"].iloc[-1] > min_global, name
         if local.dp:
@@ -75,40 +76,40 @@ def test_convergence_on_real_mnist_shards(mnist_shards):
 def test_resume_is_exact_and_chunking_does_not_matter(mnist_shards, tmp_path):
     base = dict(batch_size=8, local_steps=4, sampler=PoissonClients(0.5), seed=3,
                 local=LocalConfig(optimizer="adam", dp=True, noise_multiplier=2.0))
-    full = train(GEYER_MLP, mnist_shards, RoundConfig(rounds=4, **base), progress=False)
+    full = run(PriFedSync(GEYER_MLP, RoundConfig(rounds=4, **base)), mnist_shards, progress=False)
     ckpt = tmp_path / "run.pt"
-    train(GEYER_MLP, mnist_shards, RoundConfig(rounds=2, checkpoint_every=2, **base), checkpoint=ckpt, progress=False)
-    resumed = train(GEYER_MLP, mnist_shards, RoundConfig(rounds=4, checkpoint_every=2, **base), checkpoint=ckpt,
+    run(PriFedSync(GEYER_MLP, RoundConfig(rounds=2, checkpoint_every=2, **base)), mnist_shards, checkpoint=ckpt, progress=False)
+    resumed = run(PriFedSync(GEYER_MLP, RoundConfig(rounds=4, checkpoint_every=2, **base)), mnist_shards, checkpoint=ckpt,
                     progress=False)
     cols = [c for c in full.columns if c != "seconds"]
     assert full[cols].equals(resumed[cols])
-    chunked = train(GEYER_MLP, mnist_shards, RoundConfig(rounds=4, chunk=1, **base), progress=False)
+    chunked = run(PriFedSync(GEYER_MLP, RoundConfig(rounds=4, chunk=1, **base)), mnist_shards, progress=False)
     np.testing.assert_allclose(chunked[cols].to_numpy(dtype=float), full[cols].to_numpy(dtype=float), rtol=0, atol=1e-6)
 
 
 def test_per_client_step_lr_stop_at_target_and_augmentation(mnist_shards, tmp_path):
     base = dict(batch_size=8, local_steps=3, seed=1, local=LocalConfig(optimizer="adam", lr=1e-3))
     # StepLR(1, 0.5) per client epoch: with every client in every round, round t runs at lr·0.5^(t−1)
-    m = train(GEYER_MLP, mnist_shards, RoundConfig(rounds=3, sampler=PoissonClients(1.0), **base,
-                                                    lr_schedule=LearningRate(0.5, 1, per="client_epoch")), progress=False)
+    m = run(PriFedSync(GEYER_MLP, RoundConfig(rounds=3, sampler=PoissonClients(1.0), **base,
+                                                    lr_schedule=LearningRate(0.5, 1, per="client_epoch"))), mnist_shards, progress=False)
     np.testing.assert_allclose(m["lr_mean"], [1e-3, 5e-4, 2.5e-4])
     # with p = 0.5 a client's decay counts only the rounds it took part in, so the mean lies above
     # the all-clients schedule and the first round is undecayed
-    half = train(GEYER_MLP, mnist_shards, RoundConfig(rounds=4, sampler=PoissonClients(0.5), **base,
-                                                       lr_schedule=LearningRate(0.5, 1, per="client_epoch")), progress=False)
+    half = run(PriFedSync(GEYER_MLP, RoundConfig(rounds=4, sampler=PoissonClients(0.5), **base,
+                                                       lr_schedule=LearningRate(0.5, 1, per="client_epoch"))), mnist_shards, progress=False)
     assert half["lr_mean"].iloc[0] == pytest.approx(1e-3)
     assert (half["lr_mean"].to_numpy()[1:] >= 1e-3 * 0.5 ** np.arange(1, 4) - 1e-12).all()
     # stop_at: the run ends at the first round whose stored accuracy reaches the target, with the
     # same metrics as the run without the rule
-    full = train(GEYER_MLP, mnist_shards, RoundConfig(rounds=5, sampler=PoissonClients(1.0), **base), progress=False)
+    full = run(PriFedSync(GEYER_MLP, RoundConfig(rounds=5, sampler=PoissonClients(1.0), **base)), mnist_shards, progress=False)
     target = float(full["acc_stored_local"].iloc[2])
     first = int(np.argmax(full["acc_stored_local"].to_numpy() >= target))
-    stopped = train(GEYER_MLP, mnist_shards, RoundConfig(rounds=5, sampler=PoissonClients(1.0), stop_at=target,
-                                                          **base), progress=False)
+    stopped = run(PriFedSync(GEYER_MLP, RoundConfig(rounds=5, sampler=PoissonClients(1.0), stop_at=target,
+                                                          **base)), mnist_shards, progress=False)
     assert len(stopped) == first + 1
     assert stopped["acc_stored_local"].equals(full["acc_stored_local"].iloc[:first + 1])
     # augmentation is part of the seeded randomness: repeatable, and it changes the run
-    aug = [train(GEYER_MLP, mnist_shards, RoundConfig(rounds=1, sampler=PoissonClients(1.0), augment=True, **base),
+    aug = [run(PriFedSync(GEYER_MLP, RoundConfig(rounds=1, sampler=PoissonClients(1.0), augment=True, **base)), mnist_shards,
                  progress=False) for _ in range(2)]
     assert aug[0]["acc_global"].equals(aug[1]["acc_global"])
     assert not np.allclose(aug[0]["acc_local_all"], full["acc_local_all"].iloc[:1])
@@ -136,9 +137,9 @@ def test_shared_accuracy_equals_the_per_client_evaluation(mnist_shards):
 def test_bad_configs_fail_before_training(mnist_shards):
     ok = dict(rounds=1, batch_size=8, local_steps=1, sampler=PoissonClients(1.0), local=LocalConfig())
     with pytest.raises(ValueError, match="batch_size 10000 exceeds"):
-        train(MNIST_CNN, mnist_shards, RoundConfig(**(ok | {"batch_size": 10000})), progress=False)
+        run(PriFedSync(MNIST_CNN, RoundConfig(**(ok | {"batch_size": 10000}))), mnist_shards, progress=False)
     with pytest.raises(ValueError, match="m = 20 exceeds"):
-        train(MNIST_CNN, mnist_shards, RoundConfig(**(ok | {"sampler": FixedClients(20)})), progress=False)
+        run(PriFedSync(MNIST_CNN, RoundConfig(**(ok | {"sampler": FixedClients(20)}))), mnist_shards, progress=False)
     with pytest.raises(ValueError, match="^alpha"):
         RoundConfig(**(ok | {"alpha": 1.5}))
     with pytest.raises(ValueError, match="^sampler"):
@@ -186,12 +187,12 @@ def test_geyer_moments_accountant_reproduces_the_inferred_noise_levels(q, sigmas
 
 
 def test_client_dp_round_without_noise_is_fedavg(mnist_shards):
-    from dpfl.federated.client_dp import ClientDPConfig, train_client_dp
+    from dpfl.federated.client_dp import ClientDPConfig, ClientLevelDP
     from dpfl.federated.local import client_generators, init_state, local_train
 
     cfg = ClientDPConfig(rounds=1, batch_size=8, local_steps=3, sampler=FixedClients(4), noise_multiplier=0.0,
                          clip=1e9, per_layer=False, local=LocalConfig(optimizer="sgd", lr=0.1), seed=2)
-    metrics = train_client_dp(GEYER_MLP, mnist_shards, cfg, progress=False)
+    metrics = run(ClientLevelDP(GEYER_MLP, cfg), mnist_shards, progress=False)
     # the same round by hand: sample, train from the global model, average
     from dpfl.federated.sampling import round_rng
     from dpfl.federated.evaluate import accuracy
@@ -212,7 +213,7 @@ def test_client_dp_round_without_noise_is_fedavg(mnist_shards):
 
 def test_client_dp_learns_accounts_and_stops_at_the_budget():
     from dpfl.accounting import rdp
-    from dpfl.federated.client_dp import ClientDPConfig, train_client_dp
+    from dpfl.federated.client_dp import ClientDPConfig, ClientLevelDP
 
     root = shared_root()
     train_set, test_set = load_dataset("mnist", "train", root), load_dataset("mnist", "test", root)
@@ -222,16 +223,16 @@ def test_client_dp_learns_accounts_and_stops_at_the_budget():
                                          partition.test_sets_like(train_set.y.numpy(), test_set.y.numpy(), clients, 50, rng))
     cfg = ClientDPConfig(rounds=5, batch_size=50, local_steps=10, sampler=FixedClients(30), noise_multiplier=1.0,
                          local=LocalConfig(optimizer="sgd", lr=0.1), delta_budget=1e-3, stop_on="paper")
-    m = train_client_dp(GEYER_MLP, fd, cfg, progress=False)
+    m = run(ClientLevelDP(GEYER_MLP, cfg), fd, progress=False)
     assert m["acc_global"].iloc[-1] > 0.35                                # chance: 0.1
     # Geyer's code's accounting (Poisson at q = m/K), and the guarantee of 30 of 100 without replacement
     paper = [rdp.moments_accountant_delta(0.3, 1.0, t, 8.0) for t in range(1, 6)]
     assert m["delta_paper"].tolist() == pytest.approx(paper)
     assert (m["delta"] > m["delta_paper"]).all()
-    tight = train_client_dp(GEYER_MLP, fd, ClientDPConfig(**{**cfg.__dict__, "rounds": 50, "delta_budget": 1e-12}),
+    tight = run(ClientLevelDP(GEYER_MLP, ClientDPConfig(**{**cfg.__dict__, "rounds": 50, "delta_budget": 1e-12})), fd,
                             progress=False)
     assert tight["delta_paper"].iloc[-1] > 1e-12 and (tight["delta_paper"].iloc[:-1] <= 1e-12).all()   # stop_on="paper"
-    safe = train_client_dp(GEYER_MLP, fd, ClientDPConfig(**{**cfg.__dict__, "rounds": 50, "stop_on": "guarantee"}),
+    safe = run(ClientLevelDP(GEYER_MLP, ClientDPConfig(**{**cfg.__dict__, "rounds": 50, "stop_on": "guarantee"})), fd,
                            progress=False)
     assert safe["delta"].iloc[-1] > 1e-3 and (safe["delta"].iloc[:-1] <= 1e-3).all() and len(safe) < len(m)
     with pytest.raises(ValueError, match="non-private"):
@@ -289,14 +290,14 @@ def test_geyer_spread_quantities_against_their_definition():
 
 
 def test_client_dp_adaptive_clipping_epochs_and_lr_decay(mnist_shards):
-    from dpfl.federated.client_dp import ClientDPConfig, train_client_dp
+    from dpfl.federated.client_dp import ClientDPConfig, ClientLevelDP
 
     base = dict(rounds=4, batch_size=50, local_steps=12, sampler=FixedClients(4), noise_multiplier=1.0,
                 local=LocalConfig(optimizer="sgd", lr=0.1), seed=1, batch_sampling="shuffle")
-    adaptive = train_client_dp(GEYER_MLP, mnist_shards, ClientDPConfig(clip="adaptive", per_layer=False, clip_init=1e-3,
+    adaptive = run(ClientLevelDP(GEYER_MLP, ClientDPConfig(clip="adaptive", per_layer=False, clip_init=1e-3,
                                                                         count_noise_std=1.0,
                                                                         lr_schedule=LearningRate(0.1, 24, "step", True),
-                                                                        **base), progress=False)
+                                                                        **base)), mnist_shards, progress=False)
     # updates are far larger than 1e-3, so the count is ~0 and the bound grows by ≈ e^{0.2·0.5} per round
     growth = adaptive["clip_bound"].to_numpy()[1:] / adaptive["clip_bound"].to_numpy()[:-1]
     assert (growth > 1).all() and np.allclose(np.log(growth), 0.1, atol=0.2 * 3 / 4)
@@ -311,15 +312,15 @@ def test_client_dp_adaptive_clipping_epochs_and_lr_decay(mnist_shards):
 
 
 def test_client_dp_resume_is_exact(mnist_shards, tmp_path):
-    from dpfl.federated.client_dp import ClientDPConfig, train_client_dp
+    from dpfl.federated.client_dp import ClientDPConfig, ClientLevelDP
 
     base = dict(batch_size=8, local_steps=3, sampler=FixedClients(4), noise_multiplier=1.0, clip="adaptive",
                 per_layer=False, count_noise_std=1.0, local=LocalConfig(optimizer="sgd", lr=0.1), seed=5)
-    full = train_client_dp(GEYER_MLP, mnist_shards, ClientDPConfig(rounds=4, **base), progress=False)
+    full = run(ClientLevelDP(GEYER_MLP, ClientDPConfig(rounds=4, **base)), mnist_shards, progress=False)
     ckpt = tmp_path / "geyer.pt"
-    train_client_dp(GEYER_MLP, mnist_shards, ClientDPConfig(rounds=2, checkpoint_every=2, **base), checkpoint=ckpt,
+    run(ClientLevelDP(GEYER_MLP, ClientDPConfig(rounds=2, checkpoint_every=2, **base)), mnist_shards, checkpoint=ckpt,
                     progress=False)
-    resumed = train_client_dp(GEYER_MLP, mnist_shards, ClientDPConfig(rounds=4, checkpoint_every=2, **base),
+    resumed = run(ClientLevelDP(GEYER_MLP, ClientDPConfig(rounds=4, checkpoint_every=2, **base)), mnist_shards,
                               checkpoint=ckpt, progress=False)
     cols = [c for c in full.columns if c != "seconds"]
     assert full[cols].equals(resumed[cols])

@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-from dpfl.federated.client_dp import ClientDPConfig, train_client_dp
-from dpfl.federated.fedhdp import FedHDPConfig, train_fedhdp
+from dpfl.federated.client_dp import ClientDPConfig, ClientLevelDP
+from dpfl.federated.fedhdp import FedHDP, FedHDPConfig
+from dpfl.federated.loop import run
 from dpfl.federated.local import LocalConfig
 from dpfl.federated.sampling import FixedClients
 from dpfl.models import GEYER_MLP
@@ -20,18 +21,18 @@ def _cfg(**kw):
 
 
 def test_one_non_private_group_is_fedavg(mnist_shards):
-    ours = train_fedhdp(GEYER_MLP, mnist_shards, np.zeros(8, dtype=int), _cfg(), progress=False)
-    fedavg = train_client_dp(GEYER_MLP, mnist_shards, ClientDPConfig(
+    ours = run(FedHDP(GEYER_MLP, _cfg(), np.zeros(8, dtype=int)), mnist_shards, progress=False)
+    fedavg = run(ClientLevelDP(GEYER_MLP, ClientDPConfig(
         rounds=3, batch_size=8, local_steps=4, sampler=FixedClients(4), noise_multiplier=0.0, clip=1e9,
-        per_layer=False, local=LOCAL, seed=2), progress=False)
+        per_layer=False, local=LOCAL, seed=2)), mnist_shards, progress=False)
     np.testing.assert_allclose(ours["acc_g_0"], fedavg["acc_global"], atol=1e-6)
 
 
 def test_ratio_zero_ignores_the_private_group_whatever_its_noise(mnist_shards):
     groups = np.array([0, 1] * 4)
     kw = dict(ratios=(1.0, 0.0), lams=(0.5, 0.5), rounds=3, count_noise_frac=20.0)   # σ_b = 40 > z/2
-    loud = train_fedhdp(GEYER_MLP, mnist_shards, groups, _cfg(noise_multipliers=(0.0, 50.0), **kw), progress=False)
-    quiet = train_fedhdp(GEYER_MLP, mnist_shards, groups, _cfg(noise_multipliers=(0.0, 0.5), **kw), progress=False)
+    loud = run(FedHDP(GEYER_MLP, _cfg(noise_multipliers=(0.0, 50.0), **kw), groups), mnist_shards, progress=False)
+    quiet = run(FedHDP(GEYER_MLP, _cfg(noise_multipliers=(0.0, 0.5), **kw), groups), mnist_shards, progress=False)
     for col in ("acc_g", "acc_g_0", "acc_g_1"):
         np.testing.assert_allclose(loud[col], quiet[col], atol=1e-6)
     assert (np.diff(loud["eps_1"]) > 0).all() and (loud["eps_1"] < quiet["eps_1"]).all()   # more noise, less ε
@@ -40,9 +41,8 @@ def test_ratio_zero_ignores_the_private_group_whatever_its_noise(mnist_shards):
 
 def test_fedhdp_learns_and_personalises(mnist_shards):
     groups = np.array([0, 1, 1, 1, 1, 1, 1, 1])
-    m = train_fedhdp(GEYER_MLP, mnist_shards, groups,
-                     _cfg(noise_multipliers=(0.0, 0.3), ratios=(1.0, 0.5), lams=(0.1, 0.1), rounds=6,
-                          sampler=FixedClients(8), local_steps=10), progress=False)
+    m = run(FedHDP(GEYER_MLP, _cfg(noise_multipliers=(0.0, 0.3), ratios=(1.0, 0.5), lams=(0.1, 0.1), rounds=6,
+                          sampler=FixedClients(8), local_steps=10), groups), mnist_shards, progress=False)
     assert m["acc_g"].iloc[-1] > 0.3                          # chance 0.1
     assert m["acc_l_1"].iloc[-1] > 0.5                        # personalised, on 3–4 own labels
     assert np.isfinite(m["delta_l"]).all() and (m["clip_1"] > 0).all()
@@ -56,17 +56,17 @@ def test_bad_input(mnist_shards):
     with pytest.raises(ValueError, match="non-private"):
         _cfg(local=LocalConfig(dp=True))
     with pytest.raises(ValueError, match="^groups"):
-        train_fedhdp(GEYER_MLP, mnist_shards, np.zeros(5, dtype=int), _cfg(), progress=False)
+        run(FedHDP(GEYER_MLP, _cfg(), np.zeros(5, dtype=int)), mnist_shards, progress=False)
 
 
 def test_resume_is_exact(mnist_shards, tmp_path):
     groups = np.array([0, 1] * 4)
     kw = dict(noise_multipliers=(0.0, 1.0), ratios=(1.0, 0.5), lams=(0.1, 0.2), count_noise_frac=1.0)
-    full = train_fedhdp(GEYER_MLP, mnist_shards, groups, _cfg(rounds=4, **kw), progress=False)
+    full = run(FedHDP(GEYER_MLP, _cfg(rounds=4, **kw), groups), mnist_shards, progress=False)
     ckpt = tmp_path / "fedhdp.pt"
-    train_fedhdp(GEYER_MLP, mnist_shards, groups, _cfg(rounds=2, checkpoint_every=2, **kw), checkpoint=ckpt,
+    run(FedHDP(GEYER_MLP, _cfg(rounds=2, checkpoint_every=2, **kw), groups), mnist_shards, checkpoint=ckpt,
                  progress=False)
-    resumed = train_fedhdp(GEYER_MLP, mnist_shards, groups, _cfg(rounds=4, checkpoint_every=2, **kw), checkpoint=ckpt,
+    resumed = run(FedHDP(GEYER_MLP, _cfg(rounds=4, checkpoint_every=2, **kw), groups), mnist_shards, checkpoint=ckpt,
                            progress=False)
     cols = [c for c in full.columns if c != "seconds"]
     assert full[cols].equals(resumed[cols])

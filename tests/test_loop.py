@@ -9,9 +9,9 @@ import torch
 
 from dpfl.data.federated import FederatedDataset
 from dpfl.federated import loop
-from dpfl.federated.client_dp import ClientDPConfig, ClientLevelDP, train_client_dp
-from dpfl.federated.engine import PriFedSync, RoundConfig, train
-from dpfl.federated.fedhdp import FedHDP, FedHDPConfig, train_fedhdp
+from dpfl.federated.client_dp import ClientDPConfig, ClientLevelDP
+from dpfl.federated.engine import PriFedSync, RoundConfig
+from dpfl.federated.fedhdp import FedHDP, FedHDPConfig
 from dpfl.federated.local import LocalConfig
 from dpfl.federated.sampling import FixedClients, PoissonClients
 from dpfl.models import GEYER_MLP
@@ -25,15 +25,15 @@ def _data():
 
 
 SGD = LocalConfig(optimizer="sgd", lr=0.1)
-#: each algorithm: (its train function, its class, keyword arguments for a run of R rounds)
+#: each algorithm: (its class, its constructor's keyword arguments for a run of R rounds)
 ALGORITHMS = {
-    "prifedsync": (train, PriFedSync, lambda R, every: dict(cfg=RoundConfig(
+    "prifedsync": (PriFedSync, lambda R, every: dict(cfg=RoundConfig(
         rounds=R, batch_size=8, local_steps=2, sampler=PoissonClients(0.7), checkpoint_every=every,
         local=LocalConfig(optimizer="adam", lr=1e-3, dp=True, clip=1.0, noise_multiplier=1.0)))),
-    "client_dp": (train_client_dp, ClientLevelDP, lambda R, every: dict(cfg=ClientDPConfig(
+    "client_dp": (ClientLevelDP, lambda R, every: dict(cfg=ClientDPConfig(
         rounds=R, batch_size=8, local_steps=2, sampler=FixedClients(3), local=SGD, noise_multiplier=1.0,
         clip="adaptive", per_layer=False, count_noise_std=2.0, checkpoint_every=every))),
-    "fedhdp": (train_fedhdp, FedHDP, lambda R, every: dict(groups=np.array([0, 1, 1, 0]), cfg=FedHDPConfig(
+    "fedhdp": (FedHDP, lambda R, every: dict(groups=np.array([0, 1, 1, 0]), cfg=FedHDPConfig(
         rounds=R, batch_size=8, local_steps=2, sampler=PoissonClients(0.8), local=SGD, checkpoint_every=every,
         noise_multipliers=(0.0, 1.0), ratios=(1.0, 0.5), lams=(0.1, 0.1), personal_lr=0.05, count_noise_frac=1.0))),
 }
@@ -41,8 +41,8 @@ PRIVACY_COLUMNS = {"prifedsync": ["mu_max_clt"], "client_dp": ["delta", "delta_p
 
 
 def _run(name, rounds=5, every=0, **kwargs):
-    fn, _, make = ALGORITHMS[name]
-    return fn(GEYER_MLP, _data(), **make(rounds, every), progress=False, device="cpu", **kwargs)
+    cls, make = ALGORITHMS[name]
+    return loop.run(cls(GEYER_MLP, **make(rounds, every)), _data(), progress=False, device="cpu", **kwargs)
 
 
 def _same(a, b):
@@ -55,7 +55,7 @@ def _same(a, b):
 def test_checkpoint_kill_resume_is_bit_identical(name, cadence, tmp_path, monkeypatch):
     full = _run(name)
     assert full[PRIVACY_COLUMNS[name]].notna().all().all()            # the loop composed and read the events
-    cls = ALGORITHMS[name][1]
+    cls = ALGORITHMS[name][0]
     original = cls.round
 
     def killed_in_round_4(self, r):
@@ -91,7 +91,7 @@ def test_a_deadline_without_a_checkpoint_still_stops_cleanly():
 @pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_every_algorithm_keeps_its_state_on_the_device_it_was_given(name):
     """The device-generic path with device='cpu' named explicitly: every tensor of the state lives there."""
-    _, cls, make = ALGORITHMS[name]
+    cls, make = ALGORITHMS[name]
     args = make(2, 0)
     algorithm = cls(GEYER_MLP, args.pop("cfg"), *args.values())
     loop.run(algorithm, _data(), progress=False, device="cpu")
@@ -112,7 +112,7 @@ def test_every_algorithm_keeps_its_state_on_the_device_it_was_given(name):
 
 
 def test_bad_loop_arguments_are_named():
-    algorithm = PriFedSync(GEYER_MLP, ALGORITHMS["prifedsync"][2](2, 0)["cfg"])
+    algorithm = PriFedSync(GEYER_MLP, ALGORITHMS["prifedsync"][1](2, 0)["cfg"])
     with pytest.raises(ValueError, match="checkpoint_seconds"):
         loop.run(algorithm, _data(), checkpoint_seconds=0)
     base = dict(rounds=2, batch_size=8, local_steps=2, sampler=PoissonClients(1.0), local=SGD)
@@ -142,7 +142,7 @@ def test_checkpoint_sizes_are_what_the_state_holds():
     sizes = {name: 100 * p * 3 * 4 / 1e9 for name, p in params.items()}
     assert sizes[MNIST_CNN.name] == pytest.approx(1.44, abs=0.01)
     assert sizes[CIFAR_CNN.name] == pytest.approx(0.15, abs=0.02)
-    algorithm = PriFedSync(GEYER_MLP, ALGORITHMS["prifedsync"][2](1, 0)["cfg"])
+    algorithm = PriFedSync(GEYER_MLP, ALGORITHMS["prifedsync"][1](1, 0)["cfg"])
     loop.run(algorithm, _data(), progress=False)
     P = sum(v.numel() for v in GEYER_MLP.init(torch.Generator().manual_seed(0)).values())
     K = 4
@@ -156,3 +156,14 @@ def _tensors(obj):
     if isinstance(obj, dict):
         return [t for v in obj.values() for t in _tensors(v)]
     return []
+
+
+def test_a_whole_run_that_cannot_finish_is_given_up_after_its_first_round(tmp_path):
+    """``whole=True``: after round 1 the loop knows its pace; 999 more rounds cannot end before a
+    deadline 30 s away, so it stops there (checkpointed) instead of computing rounds a departing
+    machine would strand."""
+    ckpt = tmp_path / "run.pt"
+    with pytest.raises(loop.CannotFinish, match="gave up after round 1 of 1000"):
+        _run("client_dp", rounds=1000, checkpoint=ckpt, deadline=time.time() + 30, whole=True)
+    assert len(torch.load(ckpt, weights_only=False)["rows"]) == 1
+    assert len(_run("client_dp", rounds=3, checkpoint=ckpt, deadline=time.time() + 30, whole=True)) == 3

@@ -14,8 +14,9 @@ from dpfl.accounting import calibrate, composition, gaussian, gdp, rdp
 from dpfl.accounting._solve import smallest_meeting
 from dpfl.accounting.accountant import GUARANTEES, Accountant, GaussianEvent, SampledGaussianEvent
 from dpfl.data.federated import FederatedDataset
-from dpfl.federated.client_dp import ClientDPConfig, train_client_dp
-from dpfl.federated.engine import RoundConfig, train
+from dpfl.federated.client_dp import ClientDPConfig, ClientLevelDP
+from dpfl.federated.engine import PriFedSync, RoundConfig
+from dpfl.federated.loop import run
 from dpfl.federated.local import LocalConfig
 from dpfl.federated.sampling import FixedClients, PoissonClients, batch_event
 from dpfl.models import GEYER_MLP
@@ -49,11 +50,11 @@ def _round_cfg(z, rounds):
 
 def test_engine_refuses_a_checkpoint_of_another_configuration(tmp_path):
     fd, ckpt = _tiny_data(), tmp_path / "run.pt"
-    ran = train(GEYER_MLP, fd, _round_cfg(0.5, 2), checkpoint=ckpt, progress=False)
+    ran = run(PriFedSync(GEYER_MLP, _round_cfg(0.5, 2)), fd, checkpoint=ckpt, progress=False)
     with pytest.raises(ValueError, match="another run"):
-        train(GEYER_MLP, fd, _round_cfg(8.0, 3), checkpoint=ckpt, progress=False)   # once: μ 0.193 for ≈ 2065
+        run(PriFedSync(GEYER_MLP, _round_cfg(8.0, 3)), fd, checkpoint=ckpt, progress=False)   # once: μ 0.193 for ≈ 2065
     # the same configuration resumes, and its accountant carries the rounds that ran
-    resumed = train(GEYER_MLP, fd, _round_cfg(0.5, 2), checkpoint=ckpt, progress=False)
+    resumed = run(PriFedSync(GEYER_MLP, _round_cfg(0.5, 2)), fd, checkpoint=ckpt, progress=False)
     assert resumed["mu_max_clt"].tolist() == ran["mu_max_clt"].tolist()
 
 
@@ -65,9 +66,9 @@ def _client_cfg(z, sampler, rounds=3, **kw):
 
 def test_client_dp_refuses_a_checkpoint_of_another_configuration(tmp_path):
     fd, ckpt = _tiny_data(), tmp_path / "run.pt"
-    train_client_dp(GEYER_MLP, fd, _client_cfg(0.5, FixedClients(2), rounds=2), checkpoint=ckpt, progress=False)
+    run(ClientLevelDP(GEYER_MLP, _client_cfg(0.5, FixedClients(2), rounds=2)), fd, checkpoint=ckpt, progress=False)
     with pytest.raises(ValueError, match="another run"):
-        train_client_dp(GEYER_MLP, fd, _client_cfg(8.0, FixedClients(2)), checkpoint=ckpt, progress=False)
+        run(ClientLevelDP(GEYER_MLP, _client_cfg(8.0, FixedClients(2))), fd, checkpoint=ckpt, progress=False)
 
 
 # -- 3. the GDP CLT is labelled an approximation and never calibrates a guarantee -----------------
@@ -120,7 +121,7 @@ def test_solver_always_lands_on_the_safe_side(sigma, delta, which):
 def test_client_dp_composes_each_round_with_its_own_q_and_shows_the_papers_number():
     fd, z = _tiny_data(), 1.2
     sampler = FixedClients(1, schedule=(1, 2, 3))
-    rows = train_client_dp(GEYER_MLP, fd, _client_cfg(z, sampler), progress=False)
+    rows = run(ClientLevelDP(GEYER_MLP, _client_cfg(z, sampler)), fd, progress=False)
     truth, paper = Accountant("rdp"), Accountant("rdp-classic", orders=np.arange(2, 34))
     for t in range(3):
         truth.compose(SampledGaussianEvent(z / 2, (t + 1) / 3, "without_replacement"))   # replace-one: 2S

@@ -1,4 +1,7 @@
-"""dpfl.experiments.zheng2021: the authors' settings as configs (details.md §1.4)."""
+"""dpfl.experiments.zheng2021: the authors' settings as configs (docs/zheng2021.md §2) and the budgeted runner."""
+import json
+import tarfile
+
 import numpy as np
 import pytest
 
@@ -97,3 +100,21 @@ def test_the_budgeted_runner_stops_at_its_deadline(data_root, tmp_path, capsys):
                            "--data-dir", str(data_root)])
     assert code == 3 and "budget of 0 s reached: stopped before round 1" in capsys.readouterr().out
     assert not list(tmp_path.glob("*.pkl"))                       # nothing half-finished was cached
+    progress = json.loads((tmp_path / "progress.json").read_text())
+    assert progress["computed_now"] == [] and len(progress["missing"]) == len(zheng2021.grid("smoke"))
+    assert progress["status"].startswith("budget of 0 s reached")
+
+
+def test_the_budgeted_runner_bundles_what_it_computed(data_root, tmp_path):
+    """``--bundle``: the new cache entries in one archive, which fills another cache."""
+    from dpfl.experiments import zheng2021
+    from dpfl.runs import Cache
+
+    args = ["--profile", "smoke", "--device", "cpu", "--data-dir", str(data_root), "--whole-runs"]
+    assert zheng2021.main(args + ["--cache", str(tmp_path / "a"), "--bundle", str(tmp_path / "new.tar.gz")]) == 0
+    configs = zheng2021.grid("smoke", seed=0, device="cpu", data_dir=str(data_root))
+    with tarfile.open(tmp_path / "new.tar.gz") as tar:
+        assert len(tar.getnames()) == 2 * len(configs)
+        tar.extractall(tmp_path / "b", filter="data")
+    assert all(Cache(tmp_path / "b").load(c) is not None for c in configs)
+    assert json.loads((tmp_path / "a" / "progress.json").read_text())["missing"] == []

@@ -282,7 +282,7 @@ def compose_n(f: TradeOff, k: int, *, h: float = 1e-4, pessimistic: bool = True)
     return _compose_grid([(f, k)], h, pessimistic, f"{f.name}^⊗{k}")
 
 
-def _chernoff_halfwidth(pieces, h: float, mean: float, log_tail: float = math.log(1e-20)) -> float:
+def _chernoff_halfwidth(pieces, h: float, log_tail: float = math.log(1e-20)) -> float:
     """Smallest t (on a geometric grid) with both Chernoff tail bounds of the composed loss ≤ 1e-20."""
     lambdas = np.geomspace(1e-2, 1e2, 25)
     worst = 0.0
@@ -316,7 +316,7 @@ def _compose_grid(parts, h: float, pessimistic: bool, name: str) -> TradeOff:
     # Window of the circular FFT: mean ± t with t from a Chernoff bound on each side,
     # P(|ΣL − mean| > t) ≤ min_λ exp(Σ k·K(λ) − λt) ≤ 1e-20, using the exact cumulant
     # generating functions K of the discretised single-step laws (no aliasing beyond 1e-20).
-    half = min(_chernoff_halfwidth(pieces, h, mean), width * h) / h + 8
+    half = min(_chernoff_halfwidth(pieces, h), width * h) / h + 8
     size = 1 << max(4, math.ceil(math.log2(2 * half + 4)))
     start = math.floor(mean / h - size / 2)
     spectrum = np.ones(size // 2 + 1, dtype=complex)

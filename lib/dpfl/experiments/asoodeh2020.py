@@ -10,11 +10,55 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from dpfl.accounting.hockey_stick import contraction_coefficient, last_iterate_delta
+from scipy.stats import norm
+
+from dpfl.accounting.hockey_stick import (all_iterates_delta, contraction_coefficient, gaussian_kernel_contraction,
+                                          last_iterate_delta)
 from dpfl.theory.contraction_search import random_kernel, search_ratio
 from dpfl.theory.projected_noisy_gd import empirical_hockey_stick, simulate_last_iterate
 
-__all__ = ["Theorem1Check", "Algorithm1MonteCarlo"]
+__all__ = ["FIG2", "FIG2_QS", "FIG2_VALUES", "discretised_gaussian_kernel", "lemma2_table", "hiding_factor",
+           "Theorem1Check", "Algorithm1MonteCarlo"]
+
+#: Figure 2's setting (§3.2): n users, local noise σ, step η, Lipschitz constant L, projection radius ρ;
+#: and its sampling rates q = m/n
+FIG2 = dict(n=100, sigma=1.5, eta=0.5, lipschitz=1.0, rho=1.0)
+FIG2_QS = (0.1, 0.2, 0.3)
+
+#: Values of Theorem 2's formula as stated at Figure 2's setting, {(q, ε): δ} (docs/asoodeh2020.md §3)
+FIG2_VALUES = {(0.1, 0.0): 0.167, (0.1, 1.0): 2.02e-3, (0.1, 2.0): 2.30e-7, (0.2, 1.0): 5.04e-5, (0.3, 1.0): 1.76e-6,
+               (0.1, 0.5): 3.08e-2, (0.2, 0.0): 0.119, (0.2, 0.5): 7.34e-3, (0.3, 0.0): 0.0969, (0.3, 0.5): 2.28e-3}
+
+
+def discretised_gaussian_kernel(diameter: float, sigma: float, n_in: int, n_out: int) -> np.ndarray:
+    """K(y) = N(y, σ²) for n_in inputs y evenly spaced on [0, D], its outputs binned into n_out bins
+    over [−8σ, D + 8σ] (the two outer bins extended to ±∞): an (n_in, n_out) row-stochastic matrix."""
+    ys = np.linspace(0.0, diameter, n_in)
+    edges = np.linspace(-8 * sigma, diameter + 8 * sigma, n_out + 1)
+    edges[0], edges[-1] = -np.inf, np.inf
+    return np.diff(norm.cdf((edges[None, :] - ys[:, None]) / sigma), axis=1)
+
+
+def lemma2_table(n_out: int, settings=((1.0, 1.0), (2.0, 1.5), (0.5, 0.3)), eps=(0.0, 0.5, 1.0)) -> pd.DataFrame:
+    """Lemma 2 against Theorem 1: the two-point contraction coefficient of the discretised kernel
+    (9 inputs, ``n_out`` bins) next to θ_ε(D/σ), per (D, σ) and ε."""
+    rows = []
+    for diameter, sigma in settings:
+        K = discretised_gaussian_kernel(diameter, sigma, n_in=9, n_out=n_out)
+        for e in eps:
+            rows.append({"diameter": diameter, "sigma": sigma, "eps": e,
+                         "two-point on discretised kernel": contraction_coefficient(K, e),
+                         "Lemma 2: θ_ε(D/σ)": gaussian_kernel_contraction(e, diameter, sigma)})
+    table = pd.DataFrame(rows)
+    table["abs. difference"] = (table.iloc[:, 3] - table.iloc[:, 4]).abs()
+    return table
+
+
+def hiding_factor(eps, q: float, rho=FIG2["rho"], setting: dict = FIG2):
+    """δ of Theorem 2 (only the last iterate released) over δ with every iterate released, at ``setting``
+    with projection radius ``rho`` (a number or an array): the whole benefit of hiding the iterates."""
+    n, sigma, L = setting["n"], setting["sigma"], setting["lipschitz"]
+    return last_iterate_delta(eps, q, n, sigma, setting["eta"], L, rho) / all_iterates_delta(eps, q, n, sigma, L)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,9 +24,9 @@ from dpfl import checks
 from dpfl.accounting import gdp
 from dpfl.data import FederatedDataset, load_dataset, partition
 from dpfl.data.datasets import source_of
-from dpfl.federated.engine import RoundConfig, train
+from dpfl.federated.engine import PriFedSync, RoundConfig
 from dpfl.federated.local import LocalConfig
-from dpfl.federated.loop import Interrupted
+from dpfl.federated.loop import CannotFinish, Interrupted, run
 from dpfl.federated.sampling import PoissonClients
 from dpfl.federated.schedule import LearningRate
 from dpfl.models import MNIST_CNN, cifar_cnn
@@ -146,6 +146,8 @@ class ZhengRun:
     #: ``time.time()`` by which the run must stop (``dpfl.federated.loop``): it checkpoints and raises
     #: ``Interrupted`` instead of starting a round that would end later
     deadline: float | None = dataclasses.field(default=None, metadata={"hash": False})
+    #: with a deadline, give the run up (``CannotFinish``) once its rounds left cannot end before it
+    whole: bool = dataclasses.field(default=False, metadata={"hash": False})
     progress: bool = dataclasses.field(default=True, metadata={"hash": False})
 
     def __post_init__(self):
@@ -196,16 +198,16 @@ class ZhengRun:
                            eval_every=self.eval_every, stop_at=self.stop_at, **schedule)
 
     def compute(self) -> pd.DataFrame:
-        """Train; one row per round (see ``dpfl.federated.engine.train``)."""
+        """Train; one row per round (see ``dpfl.federated.engine.PriFedSync``)."""
         from dpfl.runs import config_hash
 
         model = MNIST_CNN if self.dataset == "mnist" else cifar_cnn(self.relu3)
         checkpoint = (Path(self.checkpoint_dir) / f"ZhengRun-{config_hash(self)}.pt" if self.checkpoint_dir else None)
         if checkpoint is not None:
             os.makedirs(self.checkpoint_dir, exist_ok=True)
-        metrics = train(model, self.federated_data(), self.round_config(), checkpoint=checkpoint,
-                        checkpoint_seconds=CHECKPOINT_SECONDS, deadline=self.deadline, progress=self.progress,
-                        device=self.device)
+        metrics = run(PriFedSync(model, self.round_config()), self.federated_data(), checkpoint=checkpoint,
+                      checkpoint_seconds=CHECKPOINT_SECONDS, deadline=self.deadline, whole=self.whole, progress=self.progress,
+                      device=self.device)
         if checkpoint is not None and checkpoint.exists():
             checkpoint.unlink()                       # the cached result replaces it
         return metrics
@@ -273,12 +275,21 @@ def main(argv=None) -> int:
     call (or the notebook) reads them from the cache.
 
         python -m dpfl.experiments.zheng2021 --profile paper --device cuda --budget 540 \\
-            --cache figures/zheng2021/cache
+            --cache figures/zheng2021/cache --whole-runs --bundle $OUT/zheng.tar.gz
+
+    ``--whole-runs``: give a run up as soon as it cannot finish within the budget and go on to the
+    next (on a machine whose disk goes away, a partial run is lost with its checkpoint).
+    ``--bundle``: the cache entries this call computed, in one archive (``tar -xzf`` it in the cache).
+    The cache's ``progress.json`` says what is done, what is missing and what stopped the call.
+    Exit status 0 when every run is cached, 3 when some are left.
     """
     import argparse
+    import json
+    import tarfile
     import time
 
     from dpfl import runs
+    from dpfl.io import atomic_path
     from dpfl.notebook import resolve_device
 
     parser = argparse.ArgumentParser(prog="python -m dpfl.experiments.zheng2021", description=main.__doc__,
@@ -290,23 +301,48 @@ def main(argv=None) -> int:
     parser.add_argument("--cache", default="figures/zheng2021/cache")
     parser.add_argument("--budget", type=float, default=float("inf"),
                         help="seconds; a run still going then checkpoints and stops (exit status 3)")
+    parser.add_argument("--whole-runs", action="store_true", help="skip a run as soon as it cannot finish in the budget")
+    parser.add_argument("--bundle", help="write the cache entries this call computes into this .tar.gz")
     args = parser.parse_args(argv)
     cache = runs.Cache(args.cache)
     deadline = time.time() + args.budget if math.isfinite(args.budget) else None
     todo = [c for c in grid(args.profile, seed=args.seed, device=resolve_device(args.device),
                             data_dir=args.data_dir, checkpoint_dir=str(Path(args.cache) / "checkpoints"),
-                            deadline=deadline)
+                            deadline=deadline, whole=args.whole_runs)
             if cache.load(c) is None]
     print(f"{args.profile}: {len(todo)} run(s) missing from {args.cache}", flush=True)
+    done, skipped, status = [], [], "finished"
+
+    def name(c: ZhengRun) -> str:
+        return f"{cache.path(c).stem}: {c.dataset} p={c.p:g} σ={c.sigma} B={c.batch_size}"
+
     for k, config in enumerate(todo, 1):
         try:                                   # the loop stops a run at the deadline, before its first round too
             result = runs.run(config, cache)
+        except CannotFinish as stop:
+            skipped.append(name(config))
+            print(f"[{k}/{len(todo)}] skipped {name(config)}: {stop}", flush=True)
+            continue
         except Interrupted as stop:
-            print(f"budget of {args.budget:.0f} s reached: {stop}; {len(todo) - k + 1} run(s) left", flush=True)
-            return 3
-        print(f"[{k}/{len(todo)}] {config.dataset} p={config.p:g} σ={config.sigma} B={config.batch_size}: "
-              f"{len(result.value)} rounds in {result.provenance['wall_time_s']:.0f} s", flush=True)
-    return 0
+            status = f"budget of {args.budget:.0f} s reached: {stop}"
+            print(f"{status}; {len(todo) - k + 1} run(s) left", flush=True)
+            break
+        done.append(config)
+        print(f"[{k}/{len(todo)}] {name(config)}: {len(result.value)} rounds in {result.provenance['wall_time_s']:.0f} s",
+              flush=True)
+    missing = [name(c) for c in todo if c not in done]
+    Path(args.cache).mkdir(parents=True, exist_ok=True)
+    with atomic_path(Path(args.cache) / "progress.json") as tmp:
+        Path(tmp).write_text(json.dumps({"profile": args.profile, "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                         "computed_now": [name(c) for c in done], "skipped": skipped,
+                                         "missing": missing, "status": status}, indent=1, ensure_ascii=False))
+    if args.bundle:
+        with atomic_path(args.bundle) as tmp, tarfile.open(tmp, "w:gz") as tar:
+            for c in done:
+                for path in (cache.path(c), cache.path(c).with_suffix(".json")):
+                    tar.add(path, arcname=path.name)
+        print(f"{len(done)} new run(s) bundled in {args.bundle}", flush=True)
+    return 3 if missing else 0
 
 
 if __name__ == "__main__":

@@ -12,26 +12,51 @@ owns seeding (round t's sample, batches and server noise from (seed, t), client 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 
 from dpfl import checks
 from dpfl.accounting.accountant import Accountant, SampledGaussianEvent
 from dpfl.data.federated import FederatedDataset
 from dpfl.federated import server
-from dpfl.federated.evaluate import shared_accuracy, used_images
-from dpfl.federated.local import client_generators, init_state, local_train
-from dpfl.federated.loop import Algorithm, LoopConfig, Privacy, Round, run
+from dpfl.federated.local import client_generators, updates_from
+from dpfl.federated.loop import Algorithm, LoopConfig, Privacy, Round
 from dpfl.models import Model
 
-__all__ = ["ClientDPConfig", "ClientLevelDP", "train_client_dp", "spread"]
+__all__ = ["ServerDPConfig", "ClientDPConfig", "ClientLevelDP", "spread"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ClientDPConfig(LoopConfig):
+class ServerDPConfig(LoopConfig):
+    """What the algorithms that add client-level noise at the server share (DP-FedAvg here, FedHDP):
+    non-private local training from the global model (``local.dp`` must be False), a learning rate
+    per round or step (clients keep no local model), and Andrew et al.'s adaptive clipping — the
+    bound starts at ``clip_init`` and moves geometrically (rate ``clip_lr``) toward the
+    ``target_quantile`` of the update norms."""
+
+    clip_init: float = 0.1
+    target_quantile: float = 0.5
+    clip_lr: float = 0.2
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.local.dp:
+            raise ValueError("local must be non-private (dp=False): client-level DP adds noise at the server")
+        if self.lr_schedule.per == "client_epoch":
+            raise ValueError("lr schedule per must be 'round' or 'step': clients keep no local model here")
+        checks.positive("clip_init", self.clip_init)
+        checks.in_range("target_quantile", self.target_quantile, 0, 1, lo_open=True, hi_open=True)
+        checks.positive("clip_lr", self.clip_lr)
+
+    def next_bound(self, norms, bound: float, count_noise_std: float, generator) -> float:
+        """The adaptive bound after a round whose update norms were ``norms`` (``server.adaptive_clip``)."""
+        return server.adaptive_clip(norms, bound, target_quantile=self.target_quantile, lr=self.clip_lr,
+                                    count_noise_std=count_noise_std, generator=generator)[0]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ClientDPConfig(ServerDPConfig):
     """FedAvg with client-level DP (Geyer, Klein & Nabi 2017; docs/geyer2017.md §1).
 
     Each round the sampled clients start from the global model, train locally (no record-level
@@ -61,9 +86,6 @@ class ClientDPConfig(LoopConfig):
     delta_budget: float | None = None
     accumulations_per_round: int = 1
     batch_sampling: str = "fixed"
-    clip_init: float = 0.1
-    target_quantile: float = 0.5
-    clip_lr: float = 0.2
     count_noise_std: float = 0.0
     stop_on: str = "guarantee"
 
@@ -82,17 +104,10 @@ class ClientDPConfig(LoopConfig):
         checks.positive("target_eps", self.target_eps)
         if self.delta_budget is not None:
             checks.in_range("delta_budget", self.delta_budget, 0, 1, lo_open=True, hi_open=True)
-        checks.in_range("target_quantile", self.target_quantile, 0, 1, lo_open=True, hi_open=True)
-        checks.positive("clip_lr", self.clip_lr)
         checks.nonnegative("count_noise_std", self.count_noise_std)
-        if self.local.dp:
-            raise ValueError("local must be non-private (dp=False): client-level DP adds noise at the server")
         checks.positive_int("accumulations_per_round", self.accumulations_per_round)
         checks.one_of("batch_sampling", self.batch_sampling, ("fixed", "poisson", "shuffle"))
-        if self.lr_schedule.per == "client_epoch":
-            raise ValueError("lr schedule per must be 'round' or 'step': clients keep no local model here")
         if self.clip == "adaptive":
-            checks.positive("clip_init", self.clip_init)
             if self.per_layer:
                 raise ValueError("per_layer must be False with clip='adaptive' (one whole-model bound)")
             if self.noise_multiplier > 0:
@@ -111,7 +126,9 @@ def spread(updates: dict) -> tuple[float, float]:
 
 class ClientLevelDP(Algorithm):
     """The algorithm's state (global model, adaptive clip bound) and its round; run it with
-    :func:`dpfl.federated.loop.run` (or :func:`train_client_dp`).
+    :func:`dpfl.federated.loop.run`, which gives one row per round: accuracy and loss of the global
+    model on every client's test set, δ spent at ``target_eps`` (the guarantee and Geyer's code's),
+    clip bound, mean update norm, V_c, U_s.
 
     Two accountings, named: ``delta`` is the guarantee (RDP of the sampler's own event, each round
     at its own q_t, ``sampler.event``); ``delta_paper`` is Geyer's code's (Abadi's moments accountant:
@@ -127,11 +144,8 @@ class ClientLevelDP(Algorithm):
             self.z = server.effective_noise_multiplier(cfg.noise_multiplier, cfg.count_noise_std)
 
     def setup(self, fd: FederatedDataset, device: str) -> None:
-        self.fd, self.K = fd, fd.num_clients
-        init = self.model.init(torch.Generator().manual_seed(int(self.cfg.seed)))
-        self.state = {"global": {k: v.to(device) for k, v in init.items()}, "bound": self.cfg.clip_init}
-        self.pool = fd.test_index(np.arange(self.K))
-        self.used = used_images(*self.pool)
+        super().setup(fd, device)
+        self.state = {"global": self.initial_params(device), "bound": self.cfg.clip_init}
 
     def accountants(self) -> list[Privacy]:
         eps = self.cfg.target_eps
@@ -150,15 +164,11 @@ class ClientLevelDP(Algorithm):
                 "paper": [(SampledGaussianEvent(cfg.noise_multiplier, q, "poisson"), cfg.accumulations_per_round)]}
 
     def round(self, r: Round) -> dict:
-        cfg, fd, global_ = self.cfg, self.fd, self.state["global"]
-        x, y, _ = fd.batches(r.selected, cfg.batch_size, cfg.local_steps, r.rng, sampling=cfg.batch_sampling)
-        m = r.selected.size
+        cfg, global_ = self.cfg, self.state["global"]
+        x, y, _ = self.fd.batches(r.selected, cfg.batch_size, cfg.local_steps, r.rng, sampling=cfg.batch_sampling)
         lr = cfg.lr_schedule(cfg.local.lr, cfg.lr_schedule.count(r.t, cfg.local_steps))
-        start_params = {k: v.unsqueeze(0).repeat(m, *[1] * v.ndim) for k, v in global_.items()}
-        local, _ = local_train(self.model, cfg.local, start_params, init_state(start_params, cfg.local), x, y,
-                               client_generators(cfg.seed, r.t, r.selected, device=r.device), [lr] * m,
-                               chunk=cfg.chunk)
-        updates = {k: local[k] - global_[k] for k in global_}
+        updates = updates_from(self.model, cfg.local, global_, x, y,
+                               client_generators(cfg.seed, r.t, r.selected, device=r.device), lr, chunk=cfg.chunk)
         v_c, u_s = spread(updates)
         noise_gen = torch.Generator(device=r.device).manual_seed(int(r.rng.integers(2 ** 62)))
         if cfg.clip == "median":
@@ -168,14 +178,12 @@ class ClientLevelDP(Algorithm):
         else:
             bound = cfg.clip
         clipped, norms = server.clip_updates(updates, bound, per_layer=cfg.per_layer)
-        step = server.gaussian_mean(clipped, bound, self.z, noise_gen, per_layer=cfg.per_layer)
+        step = server.gaussian_mean(clipped, bound, self.z, noise_gen)
         if cfg.clip == "adaptive":
-            self.state["bound"], _ = server.adaptive_clip(norms, bound, target_quantile=cfg.target_quantile,
-                                                          lr=cfg.clip_lr, count_noise_std=cfg.count_noise_std,
-                                                          generator=noise_gen)
+            self.state["bound"] = cfg.next_bound(norms, bound, cfg.count_noise_std, noise_gen)
         self.state["global"] = {k: global_[k] + step[k] for k in global_}
-        acc, loss = shared_accuracy(self.model, self.state["global"], fd.test_x, fd.test_y, *self.pool, used=self.used, with_loss=True)
-        row = {"q": cfg.sampler.rate(self.K, r.t - 1), "lr": lr, "acc_global": float(acc.mean()),
+        acc, loss = self.evaluate_global(self.state["global"])
+        row = {"lr": lr, "acc_global": float(acc.mean()),
                "loss_global": float(loss.mean()),
                "mean_update_norm": float(torch.stack(list(norms.values())).mean()) if isinstance(norms, dict)
                else float(norms.mean()),
@@ -191,13 +199,3 @@ class ClientLevelDP(Algorithm):
         cfg = self.cfg
         return cfg.delta_budget is not None and row["delta" if cfg.stop_on == "guarantee" else "delta_paper"] > cfg.delta_budget
 
-
-def train_client_dp(model: Model, fd: FederatedDataset, cfg: ClientDPConfig, *, checkpoint: Path | None = None,
-                    checkpoint_seconds: float | None = None, deadline: float | None = None,
-                    progress: bool = True, device: str = "cpu") -> pd.DataFrame:
-    """Run Geyer et al.'s algorithm; one metrics row per round (accuracy and loss of the global model on
-    every client's test set, δ spent at ``target_eps`` — the guarantee and Geyer's code's —, clip
-    bound, mean update norm, V_c, U_s). Checkpoints, resume (bit-identical on a CPU), the deadline and
-    ``device`` are the loop's (:func:`dpfl.federated.loop.run`)."""
-    return run(ClientLevelDP(model, cfg), fd, checkpoint=checkpoint, checkpoint_seconds=checkpoint_seconds,
-               deadline=deadline, progress=progress, device=device)

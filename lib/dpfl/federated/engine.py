@@ -15,10 +15,8 @@ the uninterrupted one exactly, and the chunk size never changes the numbers.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 
 from dpfl import checks
@@ -26,13 +24,13 @@ from dpfl.accounting.accountant import Accountant
 from dpfl.data.augment import crop_flip
 from dpfl.data.federated import FederatedDataset
 from dpfl.federated import server
-from dpfl.federated.evaluate import accuracy, shared_accuracy, used_images
+from dpfl.federated.evaluate import accuracy
 from dpfl.federated.local import client_generators, init_state, local_train, put, take
-from dpfl.federated.loop import Algorithm, LoopConfig, Privacy, Round, run
-from dpfl.federated.sampling import FixedClients, batch_event
+from dpfl.federated.loop import Algorithm, LoopConfig, Privacy, Round
+from dpfl.federated.sampling import batch_event
 from dpfl.models import Model
 
-__all__ = ["RoundConfig", "PriFedSync", "train"]
+__all__ = ["RoundConfig", "PriFedSync"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -62,7 +60,13 @@ class RoundConfig(LoopConfig):
 
 class PriFedSync(Algorithm):
     """The algorithm's state (global model, every client's local model and optimiser state, stored
-    accuracies, local epochs) and its round; run it with :func:`dpfl.federated.loop.run` (or :func:`train`)."""
+    accuracies, local epochs) and its round; run it with :func:`dpfl.federated.loop.run`, which gives
+    one row per round: ``acc_stored_local`` (the paper's metric), ``acc_global``/``loss_global`` (the
+    global model on every client's test set), ``acc_local_all`` (every client's own model, every
+    ``eval_every`` rounds), ``mu_max_clt`` (Theorem 2's μ_max: the GDP central-limit
+    **approximation** the paper reports), the mean learning rate and the round's wall time. On
+    "cuda" every sampled client trains in one vmapped call; a CPU run and a GPU run draw different
+    noise."""
 
     progress_metric = "acc_stored_local"
 
@@ -71,17 +75,9 @@ class PriFedSync(Algorithm):
         self.private = cfg.local.dp and cfg.local.noise_multiplier > 0
 
     def setup(self, fd: FederatedDataset, device: str) -> None:
+        super().setup(fd, device)
         cfg, K = self.cfg, fd.num_clients
-        if tuple(fd.train_x.shape[1:]) != tuple(self.model.input_shape):
-            raise ValueError(f"data of shape {tuple(fd.train_x.shape[1:])} do not fit {self.model.name} "
-                             f"(expects {tuple(self.model.input_shape)})")
-        if (fd.client_sizes < cfg.batch_size).any():
-            raise ValueError(f"batch_size {cfg.batch_size} exceeds the data of some clients "
-                             f"(smallest has {int(fd.client_sizes.min())})")
-        if isinstance(cfg.sampler, FixedClients) and cfg.sampler.m > K:
-            raise ValueError(f"m = {cfg.sampler.m} exceeds the number of clients K = {K}")
-        self.fd, self.device = fd, device
-        init = {k: v.to(device) for k, v in self.model.init(torch.Generator().manual_seed(int(cfg.seed))).items()}
+        init = self.initial_params(device)
         self.state = {
             "global": init,
             "local": {k: v.unsqueeze(0).repeat(K, *[1] * v.ndim) for k, v in init.items()},
@@ -90,8 +86,6 @@ class PriFedSync(Algorithm):
         }
         self.state["opt"] = init_state(self.state["local"], cfg.local)
         self.test = fd.test_batch(np.arange(K))
-        self.pool = fd.test_index(np.arange(K))
-        self.used = used_images(*self.pool)
         # Zheng's μ_max: the CLT of the busiest client's steps (the smallest client has the largest B/n)
         self.event = (batch_event(cfg.local.noise_multiplier, cfg.batch_size, int(fd.client_sizes.min()))
                       if self.private else None)
@@ -123,8 +117,7 @@ class PriFedSync(Algorithm):
         stored = float(state["stored_acc"].mean())
         state["global"], state["local"] = server.elastic(state["global"], state["local"], r.selected,
                                                          cfg.alpha, cfg.eta)
-        acc_global, loss_global = shared_accuracy(model, state["global"], fd.test_x, fd.test_y, *self.pool, used=self.used,
-                                                  with_loss=True)
+        acc_global, loss_global = self.evaluate_global(state["global"])
         every = r.t % cfg.eval_every == 0 or r.t == cfg.rounds or self._reached(stored)
         row = {
             "acc_stored_local": stored,                                  # the paper's metric
@@ -145,20 +138,3 @@ class PriFedSync(Algorithm):
         """The stopping rule: the paper's metric has reached ``cfg.stop_at``."""
         return self.cfg.stop_at is not None and stored_accuracy >= self.cfg.stop_at
 
-
-def train(model: Model, fd: FederatedDataset, cfg: RoundConfig, *, checkpoint: Path | None = None,
-          checkpoint_seconds: float | None = None, deadline: float | None = None,
-          progress: bool = True, device: str = "cpu") -> pd.DataFrame:
-    """Run PriFedSync for ``cfg.rounds`` rounds (or until ``cfg.stop_at``); one metrics row per round:
-    ``acc_stored_local`` (the paper's metric), ``acc_global``/``loss_global`` (the global model on every
-    client's test set), ``acc_local_all`` (every client's own model, every ``eval_every`` rounds),
-    ``mu_max_clt`` (Theorem 2's μ_max: the GDP central-limit **approximation** the paper reports), the
-    mean learning rate and the round's wall time.
-
-    Checkpoints (every ``cfg.checkpoint_every`` rounds and/or ``checkpoint_seconds``), resume and the
-    ``deadline`` are the loop's (:func:`dpfl.federated.loop.run`). ``device``: where models, batches and
-    noise live ("cuda" trains every sampled client in one vmapped call; a CPU run and a GPU run draw
-    different noise).
-    """
-    return run(PriFedSync(model, cfg), fd, checkpoint=checkpoint, checkpoint_seconds=checkpoint_seconds,
-               deadline=deadline, progress=progress, device=device)

@@ -19,27 +19,26 @@ loop (:mod:`dpfl.federated.loop`).
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 
 from dpfl import checks
 from dpfl.accounting.accountant import Accountant
 from dpfl.data.federated import FederatedDataset
 from dpfl.federated import server
-from dpfl.federated.evaluate import accuracy, shared_accuracy, used_images
-from dpfl.federated.local import client_generators, init_state, local_train, put, take
+from dpfl.federated.evaluate import accuracy
+from dpfl.federated.local import client_generators, put, take, updates_from
 from dpfl.federated.personalize import ditto
-from dpfl.federated.loop import Algorithm, LoopConfig, Privacy, Round, run
+from dpfl.federated.client_dp import ServerDPConfig
+from dpfl.federated.loop import Algorithm, Privacy, Round
 from dpfl.models import Model
 
-__all__ = ["FedHDPConfig", "FedHDP", "train_fedhdp"]
+__all__ = ["FedHDPConfig", "FedHDP"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class FedHDPConfig(LoopConfig):
+class FedHDPConfig(ServerDPConfig):
     """One FedHDP run. Per group l (tuples, one entry per group): ``noise_multipliers`` z_l (0 =
     non-private), ``ratios`` r_l of the two-step aggregation, ``lams`` Ditto's λ_l.
     ``lr_schedule``: the clients' learning rate (Table 7: ``LearningRate(0.9, 50, per="round")``).
@@ -50,17 +49,12 @@ class FedHDPConfig(LoopConfig):
     lams: tuple
     personal_lr: float
     personal_steps: int | None = None
-    clip_init: float = 0.1
-    target_quantile: float = 0.5
-    clip_lr: float = 0.2
     count_noise_frac: float = 0.05
     delta: float = 1e-5
     eval_every: int = 1
 
     def __post_init__(self):
         super().__post_init__()
-        if self.local.dp:
-            raise ValueError("local must be non-private (dp=False): FedHDP adds noise at the server, per group")
         n = len(self.noise_multipliers)
         if not (n == len(self.ratios) == len(self.lams)) or n == 0:
             raise ValueError("noise_multipliers, ratios and lams must have one entry per privacy group")
@@ -71,13 +65,8 @@ class FedHDPConfig(LoopConfig):
         for lam in self.lams:
             checks.nonnegative("lams", lam)
         checks.positive("personal_lr", self.personal_lr)
-        checks.positive("clip_init", self.clip_init)
         checks.positive("count_noise_frac", self.count_noise_frac)
-        if self.lr_schedule.per == "client_epoch":
-            raise ValueError("lr schedule per must be 'round' or 'step' (the personal models keep their own lr)")
         checks.in_range("delta", self.delta, 0, 1, lo_open=True, hi_open=True)
-        checks.in_range("target_quantile", self.target_quantile, 0, 1, lo_open=True, hi_open=True)
-        checks.positive("clip_lr", self.clip_lr)
         if self.personal_steps is not None:
             checks.positive_int("personal_steps", self.personal_steps)
         checks.positive_int("eval_every", self.eval_every)
@@ -85,7 +74,7 @@ class FedHDPConfig(LoopConfig):
 
 class FedHDP(Algorithm):
     """The algorithm's state (global model, every client's personal model, each group's clip bound)
-    and its round; run it with :func:`dpfl.federated.loop.run` (or :func:`train_fedhdp`).
+    and its round; run it with :func:`dpfl.federated.loop.run` (one row per round).
     ``groups``: each client's privacy group (0, 1, …); ``server_test``: (x, y) of the server test
     set for ``acc_g`` (default: the union of the clients' test sets)."""
 
@@ -98,23 +87,18 @@ class FedHDP(Algorithm):
         self.L = len(cfg.noise_multipliers)
 
     def setup(self, fd: FederatedDataset, device: str) -> None:
+        super().setup(fd, device)
         cfg, K, L, groups = self.cfg, fd.num_clients, self.L, self.groups
         if groups.shape != (K,) or groups.min() < 0 or groups.max() >= L:
             raise ValueError(f"groups must give each of the {K} clients a group in 0..{L - 1}")
-        if (fd.client_sizes < cfg.batch_size).any():
-            raise ValueError(f"batch_size {cfg.batch_size} exceeds the data of some clients "
-                             f"(smallest has {int(fd.client_sizes.min())})")
-        self.fd, self.K = fd, K
         expected = [cfg.sampler.rate(K) * int((groups == l).sum()) for l in range(L)]
         self.count_std = [cfg.count_noise_frac * max(e, 1e-9) for e in expected]
         self.z_update = [server.effective_noise_multiplier(z, s) if z > 0 else 0.0
                          for z, s in zip(cfg.noise_multipliers, self.count_std)]
-        init = {k: v.to(device) for k, v in self.model.init(torch.Generator().manual_seed(int(cfg.seed))).items()}
+        init = self.initial_params(device)
         self.state = {"global": init, "personal": {k: v.unsqueeze(0).repeat(K, *[1] * v.ndim) for k, v in init.items()},
                       "bounds": [cfg.clip_init] * L, "groups": groups}
         self.test = fd.test_batch(np.arange(K))
-        self.pool = fd.test_index(np.arange(K))                 # each client's test images in the shared pool
-        self.used = used_images(*self.pool)
         if self.server_test is None:
             self.server_x, self.server_y = fd.test_x[self.used], fd.test_y[self.used]
         else:
@@ -133,14 +117,11 @@ class FedHDP(Algorithm):
 
     def round(self, r: Round) -> dict:
         cfg, fd, model, L, groups, state = self.cfg, self.fd, self.model, self.L, self.groups, self.state
-        selected, m, global_ = r.selected, r.selected.size, state["global"]
+        selected, global_ = r.selected, state["global"]
         x, y, _ = fd.batches(selected, cfg.batch_size, cfg.local_steps, r.rng)
         lr = cfg.lr_schedule(cfg.local.lr, cfg.lr_schedule.count(r.t, cfg.local_steps))
-        start_params = {k: v.unsqueeze(0).repeat(m, *[1] * v.ndim) for k, v in global_.items()}
         gens = client_generators(cfg.seed, r.t, selected, device=r.device)
-        local, _ = local_train(model, cfg.local, start_params, init_state(start_params, cfg.local), x, y, gens,
-                               [lr] * m)
-        updates = {k: local[k] - global_[k] for k in global_}
+        updates = updates_from(model, cfg.local, global_, x, y, gens, lr, chunk=cfg.chunk)
         noise_gen = torch.Generator(device=r.device).manual_seed(int(r.rng.integers(2 ** 62)))
         means, counts, row = [], [], {"lr": lr}
         for l in range(L):
@@ -154,9 +135,7 @@ class FedHDP(Algorithm):
                 clipped, norms = server.clip_updates(group_updates, state["bounds"][l])
                 means.append(server.gaussian_mean(clipped, state["bounds"][l], self.z_update[l], noise_gen))
                 row[f"clip_{l}"] = state["bounds"][l]
-                state["bounds"][l], _ = server.adaptive_clip(
-                    norms, state["bounds"][l], target_quantile=cfg.target_quantile, lr=cfg.clip_lr,
-                    count_noise_std=self.count_std[l], generator=noise_gen)
+                state["bounds"][l] = cfg.next_bound(norms, state["bounds"][l], self.count_std[l], noise_gen)
             else:
                 means.append(server.fedavg(group_updates))
         anchor = global_                                      # the w_t the clients received
@@ -177,8 +156,7 @@ class FedHDP(Algorithm):
 
     def _evaluate(self, t: int) -> dict:
         cfg, model, state = self.cfg, self.model, self.state
-        acc_g, loss_g = shared_accuracy(model, state["global"], self.fd.test_x, self.fd.test_y, *self.pool,
-                                        used=self.used, with_loss=True)
+        acc_g, loss_g = self.evaluate_global(state["global"])
         row = {"loss_g": float(loss_g.mean())}
         with torch.no_grad():
             row["acc_g"] = float((model.forward(state["global"], self.server_x, None).argmax(-1)
@@ -193,19 +171,8 @@ class FedHDP(Algorithm):
             row["delta_l"] = row["acc_l_0"] - row["acc_l_1"]
         return row
 
-    def state_dict(self) -> dict:
-        return self.state
-
     def load_state_dict(self, state: dict) -> None:
         if not np.array_equal(state["groups"], self.groups):
             raise ValueError("the checkpoint was written with other privacy groups")
         self.state = state
 
-
-def train_fedhdp(model: Model, fd: FederatedDataset, groups, cfg: FedHDPConfig, *, server_test=None,
-                 checkpoint: Path | None = None, checkpoint_seconds: float | None = None,
-                 deadline: float | None = None, progress: bool = True, device: str = "cpu") -> pd.DataFrame:
-    """Run FedHDP (:class:`FedHDP`); one row per round. Checkpoints, resume, the deadline and
-    ``device`` are the loop's (:func:`dpfl.federated.loop.run`)."""
-    return run(FedHDP(model, cfg, groups, server_test), fd, checkpoint=checkpoint,
-               checkpoint_seconds=checkpoint_seconds, deadline=deadline, progress=progress, device=device)

@@ -22,7 +22,7 @@ from torch.func import grad, vmap
 from dpfl import checks
 from dpfl.models import Model, Tap
 
-__all__ = ["LocalConfig", "init_state", "local_train", "client_generators", "step_noise", "take", "put"]
+__all__ = ["LocalConfig", "init_state", "local_train", "updates_from", "client_generators", "step_noise", "take", "put"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,3 +238,13 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
         put(new_params, sl, p)
         put(new_state, sl, st)
     return new_params, new_state
+
+
+def updates_from(model: Model, cfg: LocalConfig, global_: dict, x, y, generators: list, lr: float, *,
+                 chunk: int | None = None) -> dict:
+    """FedAvg's local step: every client starts from the one model ``global_`` with a fresh optimiser,
+    trains on its batches (as :func:`local_train`) and returns its update Δ_k = w_k − w, stacked (m, …)."""
+    m = y.shape[0]
+    start = {k: v.unsqueeze(0).repeat(m, *[1] * v.ndim) for k, v in global_.items()}
+    local, _ = local_train(model, cfg, start, init_state(start, cfg), x, y, generators, [lr] * m, chunk=chunk)
+    return {k: local[k] - global_[k] for k in global_}

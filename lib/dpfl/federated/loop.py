@@ -18,7 +18,10 @@ what one round does; everything else lives here, once (the shape of apple/pfl-re
   ``checkpoint_every`` rounds and/or every ``checkpoint_seconds`` of wall time; a run finding a
   checkpoint resumes bit-identically (CPU) and refuses one written by another configuration;
 * a ``deadline`` (``time.time()`` seconds): before a round that would end after it, the loop saves a
-  checkpoint and raises :class:`Interrupted`, so a time-limited machine loses no finished round.
+  checkpoint and raises :class:`Interrupted`, so a time-limited machine loses no finished round; with
+  ``whole=True`` it stops (:class:`CannotFinish`) as soon as the rounds left, at the longest round's
+  pace, would end after it — for a machine whose disk goes away at the deadline, where a partial run
+  is lost with its checkpoint.
 
 An algorithm subclasses :class:`Algorithm` and overrides what differs.
 """
@@ -31,17 +34,19 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
+import torch
 
 from dpfl import checks
 from dpfl.accounting.accountant import Accountant
 from dpfl.data.federated import FederatedDataset
 from dpfl.device import configure
 from dpfl.federated import checkpoint as checkpoints
+from dpfl.federated.evaluate import shared_accuracy, used_images
 from dpfl.federated.local import LocalConfig
 from dpfl.federated.sampling import FixedClients, PoissonClients, round_rng
 from dpfl.federated.schedule import LearningRate
 
-__all__ = ["LoopConfig", "Round", "Privacy", "Algorithm", "Interrupted", "run"]
+__all__ = ["LoopConfig", "Round", "Privacy", "Algorithm", "Interrupted", "CannotFinish", "run"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -101,10 +106,10 @@ class Privacy:
 
 class Algorithm:
     """The base of what :func:`run` runs, built from a ``model`` and a :class:`LoopConfig` ``cfg``: a
-    subclass overrides ``setup`` (build ``self.state`` on the device) and ``round`` (one round → its
-    row's metrics); a private one also ``accountants`` and ``events``; one with a stopping rule
-    ``stop``. ``self.state`` is what a checkpoint saves; ``progress_metric`` the column the progress
-    bar shows."""
+    subclass overrides ``setup`` (calling this one first, then building ``self.state`` on the device)
+    and ``round`` (one round → its row's metrics); a private one also ``accountants`` and ``events``;
+    one with a stopping rule ``stop``. ``self.state`` is what a checkpoint saves; ``progress_metric``
+    the column the progress bar shows."""
 
     state: dict
     progress_metric: str | None = None
@@ -113,7 +118,31 @@ class Algorithm:
         self.model, self.cfg = model, cfg
 
     def setup(self, fd: FederatedDataset, device: str) -> None:
-        raise NotImplementedError
+        """Check that the data fit the model and the batches, and index every client's test images
+        in the shared pool once (for :meth:`evaluate_global`)."""
+        if tuple(fd.train_x.shape[1:]) != tuple(self.model.input_shape):
+            raise ValueError(f"data of shape {tuple(fd.train_x.shape[1:])} do not fit {self.model.name} "
+                             f"(expects {tuple(self.model.input_shape)})")
+        if (fd.client_sizes < self.cfg.batch_size).any():
+            raise ValueError(f"batch_size {self.cfg.batch_size} exceeds the data of some clients "
+                             f"(smallest has {int(fd.client_sizes.min())})")
+        sampler = self.cfg.sampler
+        largest = max(sampler.schedule or (sampler.m,)) if isinstance(sampler, FixedClients) else 0
+        if largest > fd.num_clients:
+            raise ValueError(f"m = {largest} exceeds the number of clients K = {fd.num_clients}")
+        self.fd, self.K = fd, fd.num_clients
+        self.pool = fd.test_index(np.arange(self.K))
+        self.used = used_images(*self.pool)
+
+    def initial_params(self, device: str) -> dict:
+        """The model's initial parameters from ``cfg.seed``, on ``device``."""
+        init = self.model.init(torch.Generator().manual_seed(int(self.cfg.seed)))
+        return {k: v.to(device) for k, v in init.items()}
+
+    def evaluate_global(self, params: dict) -> dict:
+        """One model on every client's test set: (accuracy, loss) per client, each (K,)."""
+        return shared_accuracy(self.model, params, self.fd.test_x, self.fd.test_y, *self.pool, used=self.used,
+                               with_loss=True)
 
     def round(self, r: Round) -> dict:
         raise NotImplementedError
@@ -141,15 +170,22 @@ class Interrupted(BaseException):
     instead of going on to its next run."""
 
 
+class CannotFinish(Interrupted):
+    """The run stopped early: at the pace of its rounds so far, the rounds left would end after the
+    deadline (``run(..., whole=True)``)."""
+
+
 def run(algorithm: Algorithm, fd: FederatedDataset, *, checkpoint: Path | None = None,
-        checkpoint_seconds: float | None = None, deadline: float | None = None, progress: bool = True,
-        device: str = "cpu") -> pd.DataFrame:
+        checkpoint_seconds: float | None = None, deadline: float | None = None, whole: bool = False,
+        progress: bool = True, device: str = "cpu") -> pd.DataFrame:
     """Run ``algorithm`` for up to ``algorithm.cfg.rounds`` rounds; one row per round (a tidy DataFrame).
 
     ``checkpoint``: a path; state is saved there every ``cfg.checkpoint_every`` rounds and/or every
     ``checkpoint_seconds`` of wall time (the round that stops the run is always saved), and a run
     finding a checkpoint resumes from it — one written by another configuration (its
-    ``checkpoint.run_key`` differs) is refused. ``deadline``: see the module docstring.
+    ``checkpoint.run_key`` differs) is refused. ``deadline``, ``whole``: see the module docstring
+    (``whole`` assumes every round up to ``cfg.rounds`` runs: a run that would stop early at its
+    target may be given up although it would have finished).
     """
     cfg = algorithm.cfg
     if checkpoint_seconds is not None:
@@ -192,7 +228,7 @@ def run(algorithm: Algorithm, fd: FederatedDataset, *, checkpoint: Path | None =
             start = time.perf_counter()
             rng = round_rng(seed, t)
             r = Round(t, sampler.sample(K, rng, t - 1), rng, device)
-            row = {"round": t, "clients": int(r.selected.size), **algorithm.round(r)}
+            row = {"round": t, "clients": int(r.selected.size), "q": sampler.rate(K, t - 1), **algorithm.round(r)}
             events = algorithm.events(r)
             for p in privacy:
                 for event, count in events.get(p.name, ()):
@@ -212,6 +248,12 @@ def run(algorithm: Algorithm, fd: FederatedDataset, *, checkpoint: Path | None =
                 last_save = time.time()
             if stop:
                 break
+            left = rounds - t
+            if whole and deadline is not None and left and time.time() + left * longest > deadline:
+                if checkpoint is not None and not due:
+                    save()
+                raise CannotFinish(f"gave up after round {t} of {rounds}: {left} more rounds of up to {longest:.1f} s "
+                                   f"would end after the deadline")
     finally:
         bar.close()
     return pd.DataFrame(rows)

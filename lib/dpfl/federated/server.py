@@ -69,10 +69,10 @@ def median_bounds(updates: dict) -> dict:
     return {k: float(v.flatten(1).norm(dim=1).median()) for k, v in updates.items()}
 
 
-def gaussian_mean(clipped: dict, bound, noise_multiplier: float, generator: torch.Generator, *, per_layer: bool = False):
+def gaussian_mean(clipped: dict, bound, noise_multiplier: float, generator: torch.Generator):
     """mean_k(clipped Δ_k) + N(0, (z·S)²)/m — the client-level Gaussian mechanism of Geyer et al. (and
-    of DP-FedAvg, McMahan et al. 2018, with sensitivity S/m of the mean). Per layer, each layer gets
-    noise with its own bound."""
+    of DP-FedAvg, McMahan et al. 2018, with sensitivity S/m of the mean). ``bound``: S, or a dict of
+    per-layer bounds (each layer gets noise with its own)."""
     checks.nonnegative("noise_multiplier", noise_multiplier)
     m = next(iter(clipped.values())).shape[0]
     out = {}

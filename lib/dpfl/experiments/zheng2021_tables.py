@@ -1,0 +1,205 @@
+"""The tables of Zheng et al. (2021) §4 and of our checks beside them, built from cached runs
+(:mod:`dpfl.experiments.zheng2021`) and the published values (``published()``; docs/zheng2021.md).
+
+Pure functions: each takes runs' metrics (one DataFrame per run, as ``dpfl.federated.loop.run``
+returns) and gives a table; the notebook prints it and compares its columns with the paper's.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from dpfl.accounting import gdp
+from dpfl.accounting import tradeoff as tf
+from dpfl.experiments.zheng2021 import first_round
+
+__all__ = ["TABLE2_RATIOS", "C_HALF_G1", "at_round", "mu_max", "mu_max_table", "rounds_table", "rounds_comparisons",
+           "batch_size_table", "batch_size_ratios", "loss_gaps", "personalization_gaps", "metric_table",
+           "exact_bracket", "tightness_row"]
+
+#: §4's text on Table 2 (p = 0.5): B = 8 over B = 16 at the 90 % target (docs/zheng2021.md §3)
+TABLE2_RATIOS = {"μ ratio": 0.83, "iterations ratio": 2.78, "examples ratio": 1.39}
+
+#: C_{0.5}(G_1) at α = 0, 0.1, …, 1 (Fig. E.1; the verified values of docs/zheng2021.md §1)
+C_HALF_G1 = (1, .7554, .6185, .5086, .4085, .3085, .2157, .1371, .0736, .0262, 0)
+
+#: the accuracy a table's R is counted to (Table 1–2: MNIST 90 %; Table 3: CIFAR-10 52 %), and the
+#: name of its accuracy column
+_TABLE = {"1": (0.90, "acc", "non-private acc", "best acc ours % (rounds run)"),
+          "3": (0.52, "top-1", "non-private", "best ours % (rounds)")}
+
+
+def at_round(metrics: pd.DataFrame, R: int, column: str = "acc_stored_local") -> float:
+    """``column`` at round R (NaN when the run stopped before it)."""
+    row = metrics.loc[metrics["round"] == R, column]
+    return float(row.iloc[0]) if len(row) else np.nan
+
+
+def mu_max(cell) -> float:
+    """Theorem 2's μ_max (the GDP CLT, an approximation) at a published cell's (σ, B, n, K, R)."""
+    return float(gdp.clt_mu(cell.sigma, cell.B, cell.n, cell.K * cell.R))
+
+
+def mu_max_table(published: pd.DataFrame) -> pd.DataFrame:
+    """:func:`mu_max` at every published cell, to 3 decimals, next to the paper's."""
+    return pd.DataFrame([{"table": r.table, "dataset": r.dataset, "p": r.p, "σ": r.sigma, "B": r.B, "K": r.K,
+                          "R (paper)": r.R, "μ_max paper (GDP CLT)": r.mu, "μ_max ours (GDP CLT, approx.)": round(mu_max(r), 3)}
+                         for r in published.itertuples()])
+
+
+def rounds_table(runs: dict, published: pd.DataFrame, table: str, target: float, data: str | None = None) -> pd.DataFrame:
+    """Table 1 (MNIST) or Table 3 (CIFAR-10): per (p, σ), the first round R whose stored accuracy
+    reaches ``target``, μ_max at R, the accuracy at R and the non-private twin's at the same R, each
+    next to the paper's. ``runs``: {(p, σ): (ZhengRun, metrics)} with σ = None the twin of each p."""
+    goal, acc, nonprivate, best = _TABLE[table]
+    rows = []
+    for (p, s), (config, metrics) in runs.items():
+        if s is None:
+            continue
+        twin = runs[(p, None)][1]
+        R = first_round(metrics, target)
+        ref = published.query("table == @table and p == @p and sigma == @s")
+        ref = ref.iloc[0] if len(ref) else None
+        paper = (lambda col: None if ref is None else ref[col])
+        rows.append({**({"data": data} if data else {}), "p": p, "σ": s, f"R ours (to {target:.0%})": R,
+                     f"R paper (to {goal:.0%})": None if ref is None else int(ref.R),
+                     **({"μ_max ours at our R (GDP CLT, approx.)" if table == "1" else "μ_max ours (GDP CLT, approx.)":
+                         round(config.mu(R), 2) if R else np.nan}),
+                     "μ_max paper (GDP CLT)": paper("mu"),
+                     f"{acc} ours %": round(100 * at_round(metrics, R), 2) if R else np.nan,
+                     f"{acc} paper %": paper("acc"),
+                     f"{nonprivate} ours %": round(100 * at_round(twin, R), 2) if R else np.nan,
+                     f"{nonprivate} paper %": paper("nonprivate_acc"),
+                     best: f"{100 * metrics.acc_stored_local.max():.1f} ({len(metrics)})"})
+    return pd.DataFrame(rows)
+
+
+def rounds_comparisons(runs: dict, published: pd.DataFrame, table: str, data: str = "") -> list:
+    """At the paper's scale, Table ``table``'s cells as comparisons: (kind of record, keyword arguments
+    for ``Notebook.compare`` or ``Notebook.claim``) — R within ±20 %, μ at R (Table 1), accuracy and
+    the twin's accuracy within 2 pp; a cell that never reaches the target is a failed claim."""
+    goal, what = _TABLE[table][0], ("accuracy" if table == "1" else "top-1")
+    tag, source = (f" ({data})" if data else ""), f"Table {table}"
+    out = []
+    for (p, s), (config, metrics) in runs.items():
+        ref = published.query("table == @table and p == @p and sigma == @s")
+        if s is None or not len(ref):
+            continue
+        ref, R, cell = ref.iloc[0], first_round(metrics, goal), f"p={p:g} σ={s:g}"
+        if R is None:
+            out.append(("claim", dict(statement=f"{source}, {cell}: the target {100 * goal:.0f} % is reached", holds=False,
+                                      source=source, note=f"best {100 * metrics.acc_stored_local.max():.1f} % in "
+                                                          f"{len(metrics)} rounds")))
+            continue
+        twin = runs[(p, None)][1]
+        out.append(("compare", dict(quantity=f"{source} R at {100 * goal:.0f} %{tag}, {cell}", ours=R, reference=ref.R, rel=0.2)))
+        if table == "1":
+            out.append(("compare", dict(quantity=f"{source} μ_max at our R, {cell}", ours=config.mu(R), reference=ref.mu,
+                                        rel=0.2, note="consistent with R within ±20 % (μ ∝ √R)")))
+        out.append(("compare", dict(quantity=f"{source} {what} at R (%){tag}, {cell}", ours=100 * at_round(metrics, R),
+                                    reference=ref.acc, abs=2)))
+        out.append(("compare", dict(quantity=f"{source} non-private {what} at R (%){tag}, {cell}",
+                                    ours=100 * at_round(twin, R), reference=ref.nonprivate_acc, abs=2)))
+    for _, kwargs in out:
+        kwargs.setdefault("source", source)
+    return out
+
+
+def batch_size_table(pairs: dict, published: pd.DataFrame, target: float) -> pd.DataFrame:
+    """Table 2: per σ and B ∈ {8, 16} (``pairs``: {(σ, B): (ZhengRun, metrics)}, all at one p), R to
+    ``target``, K·R, B·K·R, μ_max at R next to the paper's, and the last round's stored accuracy,
+    global accuracy and global test loss."""
+    rows = []
+    for (s, B), (config, metrics) in pairs.items():
+        p, R, K = config.p, first_round(metrics, target), config.steps
+        ref = published.query("p == @p and sigma == @s and B == @B and table in ('1', '2')")
+        final = metrics.dropna(subset=["loss_global"]).iloc[-1]
+        rows.append({"p": p, "σ": s, "B": B, "K": K, f"R ours (to {target:.0%})": R,
+                     "K·R ours": K * R if R else np.nan, "B·K·R ours": B * K * R if R else np.nan,
+                     "μ_max ours (GDP CLT, approx.)": round(config.mu(R), 2) if R else np.nan,
+                     "R paper (to 90%)": int(ref.R.iloc[0]) if len(ref) else None,
+                     "μ_max paper (GDP CLT)": float(ref.mu.iloc[0]) if len(ref) else None,
+                     "stored acc at last round %": round(100 * metrics.acc_stored_local.iloc[-1], 1),
+                     "global acc at last round %": round(100 * final.acc_global, 1),
+                     "global test loss at last round": round(final.loss_global, 3)})
+    return pd.DataFrame(rows)
+
+
+def batch_size_ratios(pairs: dict, target: float) -> pd.DataFrame:
+    """§4's ratios B = 8 / B = 16 per σ where both reach ``target``: μ at R, iterations K·R, examples B·K·R."""
+    rows = []
+    for s in dict.fromkeys(s for s, _ in pairs):
+        (c8, m8), (c16, m16) = pairs[(s, 8)], pairs[(s, 16)]
+        R8, R16 = first_round(m8, target), first_round(m16, target)
+        if R8 and R16:
+            rows.append({"σ": s, "μ ratio": c8.mu(R8) / c16.mu(R16), "iterations ratio": c8.steps * R8 / (c16.steps * R16),
+                         "examples ratio": 8 * c8.steps * R8 / (16 * c16.steps * R16)})
+    return pd.DataFrame(rows)
+
+
+def loss_gaps(pairs: dict) -> dict:
+    """Per σ: B = 8 minus B = 16, the global model's test loss at each evaluated round (the two runs
+    must be evaluated at the same rounds)."""
+    gaps = {}
+    for s in dict.fromkeys(s for s, _ in pairs):
+        l8, l16 = (pairs[(s, B)][1].dropna(subset=["loss_global"]).set_index("round").loss_global for B in (8, 16))
+        if not l8.index.equals(l16.index):
+            raise ValueError("the B = 8 and B = 16 runs must be evaluated at the same rounds")
+        gaps[s] = l8 - l16
+    return gaps
+
+
+def personalization_gaps(curves: dict) -> dict:
+    """Per σ (``curves``: {σ: metrics}): the mean of personalised − global accuracy over the second
+    half of the evaluated rounds (Fig. 4.1)."""
+    out = {}
+    for s, m in curves.items():
+        m = m.dropna(subset=["acc_local_all"])
+        out[s] = float((m["acc_local_all"] - m["acc_global"]).iloc[len(m) // 2:].mean())
+    return out
+
+
+def metric_table(runs: dict, target: float) -> pd.DataFrame:
+    """The paper's stored accuracy against the clean one (every client's current model), per run
+    (``runs``: {(p, σ, B): metrics}): their mean difference and the R each gives."""
+    rows = []
+    for (p, s, B), metrics in runs.items():
+        m = metrics.dropna(subset=["acc_local_all"])
+        rows.append({"p": p, "σ": "non-private" if s is None else s, "rounds": len(metrics),
+                     "stored − clean, first 3 rounds (pp)": 100 * float((m.acc_stored_local - m.acc_local_all).head(3).mean()),
+                     "stored − clean, all rounds (pp)": 100 * float((m.acc_stored_local - m.acc_local_all).mean()),
+                     "R ours (stored)": first_round(metrics, target),
+                     "R ours (clean)": first_round(m, target, "acc_local_all")})
+    return pd.DataFrame(rows)
+
+
+def exact_bracket(step, n: int, epsilon: float, delta: float = 1e-5, h: float = 1e-4, h_min: float = 2e-6):
+    """ε(δ) of ``step`` composed ``n`` times, as a bracket (low, high, h): the optimistic and the
+    pessimistic discretisation on a loss grid of step h (``tradeoff.compose_n``), the grid refined 4×
+    at a time while the bracket still contains ``epsilon`` (e.g. the CLT's) and h ≥ ``h_min``, so that
+    the bracket decides on which side ``epsilon`` lies whenever it can."""
+    while True:
+        low = tf.epsilon(tf.compose_n(step, n, h=h, pessimistic=False), delta)
+        high = tf.epsilon(tf.compose_n(step, n, h=h), delta)
+        if not (low <= epsilon <= high) or h < h_min:
+            return low, high, h
+        h /= 4
+
+
+def tightness_row(cell, h: float = 1e-4, delta: float = 1e-5) -> dict:
+    """One published cell (a row of ``published()``): Theorem 2's CLT ε(δ) against the exact
+    composition's bracket; R rounds of K steps composed per round without and with Lemma 3.8's client
+    sampling g_p = max(f_round, 1 − α − p²) on the same grid; the round's TV; strong federated μ (m = 100)."""
+    step = tf.subsample(tf.gaussian(1 / cell.sigma), cell.B / cell.n)
+    mu = mu_max(cell)
+    clt = gdp.epsilon(mu, delta)
+    low, high, h = exact_bracket(step, cell.K * cell.R, clt, delta, h)
+    per_round = tf.compose_n(step, cell.K, h=h)
+    without_p = tf.epsilon(tf.compose_n(per_round, cell.R, h=h), delta)
+    with_p = (tf.epsilon(tf.compose_n(tf.federated_amplify(per_round, cell.p), cell.R, h=h), delta)
+              if cell.p < 1 else without_p)
+    return {"table": cell.table, "dataset": cell.dataset, "p": cell.p, "σ": cell.sigma, "B": cell.B, "R": cell.R,
+            "μ_max (GDP CLT, approx.)": mu, "ε CLT (Thm 2)": clt, "ε exact, low": low, "ε exact, high": high,
+            "grid h": h, "ε per round ⊗R": without_p, "ε with Lemma 3.8's p": with_p,
+            "round TV = δ(0)": float(tf.to_epsilon_delta(per_round, 0.0)),
+            "strong μ (m−1 = 99)": float(gdp.strong_federated_mu(mu, 100))}
