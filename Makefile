@@ -55,6 +55,7 @@ test: $(STAMP) ## unit tests, cross-checks, notebook smoke runs (CPU, offline)
 bench: $(STAMP) ## speed and memory benchmarks (ratios against a baseline in the same run)
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/engine.py
+	$(PY) benchmarks/run_peers.py
 
 lab: $(STAMP) ## open the notebooks in JupyterLab
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks

@@ -293,7 +293,7 @@ def test_client_dp_adaptive_clipping_epochs_and_lr_decay(mnist_shards):
     from dpfl.federated.client_dp import ClientDPConfig, ClientLevelDP
 
     base = dict(rounds=4, batch_size=50, local_steps=12, sampler=FixedClients(4), noise_multiplier=1.0,
-                local=LocalConfig(optimizer="sgd", lr=0.1), seed=1, batch_sampling="shuffle")
+                local=LocalConfig(optimizer="sgd", lr=0.1), seed=1, batch_sampling="shuffle", diagnostics=True)
     adaptive = run(ClientLevelDP(GEYER_MLP, ClientDPConfig(clip="adaptive", per_layer=False, clip_init=1e-3,
                                                                         count_noise_std=1.0,
                                                                         lr_schedule=LearningRate(0.1, 24, "step", True),

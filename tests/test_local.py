@@ -223,3 +223,34 @@ def test_one_noise_draw_and_one_mask_draw_per_client_and_step(model, per_step):
     with OpCounter() as count:
         local_train(model, cfg, params, init_state(params, cfg), x, y, client_generators(0, 1, range(m)), chunk=m)
     assert count.draws == per_step * m * steps
+
+
+@pytest.mark.parametrize("hidden_bias", [False, True])
+@pytest.mark.parametrize("options", [dict(), dict(prox=0.5, weight_decay=1e-3, per_client_lr=True)])
+def test_hand_written_mlp_sgd_equals_the_generic_path(hidden_bias, options):
+    """``mlp_sgd`` (bmm forward/backward, update fused into the weight gradient) against
+    ``torch.func.grad`` under vmap, on Geyer's MLP (no biases) and FedHDP's (biases), with and without
+    Ditto's proximal term, weight decay and per-client learning rates."""
+    from dpfl.federated import mlp_sgd
+    from dpfl.models import fedhdp_mlp
+
+    model = fedhdp_mlp() if hidden_bias else GEYER_MLP
+    generic = dataclasses.replace(model, plain_mlp=False)
+    g = torch.Generator().manual_seed(0)
+    init = model.init(g)
+    m, steps, batch = 5, 4, 12
+    params = {k: v.unsqueeze(0).repeat(m, *[1] * v.ndim) + 0.01 * torch.randn(m, *v.shape, generator=g)
+              for k, v in init.items()}
+    x, y = torch.randn(m, steps, batch, 1, 28, 28, generator=g), torch.randint(0, 10, (m, steps, batch), generator=g)
+    options = dict(options)
+    per_client = options.pop("per_client_lr", False)
+    cfg = LocalConfig(optimizer="sgd", lr=0.1, **options)
+    lr = torch.linspace(0.02, 0.2, m) if per_client else None
+    assert mlp_sgd.applies(model, cfg) and not mlp_sgd.applies(generic, cfg)
+    outs = [local_train(mdl, cfg, params, init_state(params, cfg), x, y, client_generators(0, 1, range(m)), lr, chunk=2,
+                        anchor=init)[0] for mdl in (generic, model)]
+    for k in params:
+        torch.testing.assert_close(outs[1][k], outs[0][k], rtol=1e-5, atol=1e-6)
+        assert not torch.equal(outs[1][k], params[k])                    # it trained
+    assert not mlp_sgd.applies(model, LocalConfig(optimizer="sgd", dp=True, noise_multiplier=1.0))
+    assert not mlp_sgd.applies(model, LocalConfig(optimizer="adam"))

@@ -159,11 +159,11 @@ def _tensors(obj):
 
 
 def test_a_whole_run_that_cannot_finish_is_given_up_after_its_first_round(tmp_path):
-    """``whole=True``: after round 1 the loop knows its pace; 999 more rounds cannot end before a
-    deadline 30 s away, so it stops there (checkpointed) instead of computing rounds a departing
+    """``whole=True``: after round 1 the loop knows its pace; 99 999 more rounds cannot end before a
+    deadline 30 s away (at ≥ 1 ms a round), so it stops there (checkpointed) instead of computing rounds a departing
     machine would strand."""
     ckpt = tmp_path / "run.pt"
-    with pytest.raises(loop.CannotFinish, match="gave up after round 1 of 1000"):
-        _run("client_dp", rounds=1000, checkpoint=ckpt, deadline=time.time() + 30, whole=True)
+    with pytest.raises(loop.CannotFinish, match="gave up after round 1 of 100000"):
+        _run("client_dp", rounds=100_000, checkpoint=ckpt, deadline=time.time() + 30, whole=True)
     assert len(torch.load(ckpt, weights_only=False)["rows"]) == 1
     assert len(_run("client_dp", rounds=3, checkpoint=ckpt, deadline=time.time() + 30, whole=True)) == 3

@@ -37,6 +37,9 @@ class Model:
     forward: Callable         # (params, x, masks) → log-probabilities
     masks: Callable           # (batch, generator) → {name: tensor} or None
     linear: tuple = ()        # names of the fully connected layers (``<name>.weight``/``.bias``)
+    #: the forward pass is exactly FC → ReLU → … → FC → log-softmax over ``linear``, in order, with no
+    #: dropout (``dpfl.federated.mlp_sgd`` then trains it by hand)
+    plain_mlp: bool = False
 
 
 def _uniform(shape, bound, g):
@@ -167,7 +170,7 @@ def _geyer_forward(p, x, masks=None, tap=None):
 
 
 GEYER_MLP = Model("geyer_mlp", (1, 28, 28), _geyer_init, _geyer_forward, lambda batch, g: None,
-                  ("fc1", "fc2", "fc3"))
+                  ("fc1", "fc2", "fc3"), plain_mlp=True)
 
 # -- FedHDP's networks (Aldaghri et al., Table 6; the layer sizes were lost, docs/aldaghri_fedhdp.md §1) --------
 
@@ -181,7 +184,8 @@ def fedhdp_mlp(hidden: int = 200, classes: int = 10) -> Model:
     def forward(p, x, masks=None, tap=None):
         return F.log_softmax(_fc(p, "fc2", F.relu(_fc(p, "fc1", x.flatten(-3), tap)), tap), dim=-1)
 
-    return Model(f"fedhdp_mlp{hidden}", (1, 28, 28), init, forward, lambda batch, g: None, ("fc1", "fc2"))
+    return Model(f"fedhdp_mlp{hidden}", (1, 28, 28), init, forward, lambda batch, g: None, ("fc1", "fc2"),
+                 plain_mlp=True)
 
 
 def _femnist_init(g):

@@ -16,6 +16,7 @@ subsample (rate q; ``"poisson"`` or ``"without_replacement"``). The accountant r
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Union
 
 import numpy as np
@@ -59,6 +60,20 @@ Event = Union[GaussianEvent, SampledGaussianEvent]
 _EVENT_TYPES = {cls.__name__: cls for cls in (GaussianEvent, SampledGaussianEvent)}
 
 
+@functools.lru_cache(maxsize=256)
+def _event_rdp(event, orders: tuple) -> np.ndarray:
+    """One event's RDP at ``orders`` (read-only; cached: a round loop composes the same event every
+    round and reads the total every round)."""
+    grid = np.asarray(orders, dtype=float)
+    if isinstance(event, GaussianEvent):
+        curve = rdp.gaussian(event.sigma, grid)
+    else:
+        curve = rdp.subsampled_gaussian(event.q, event.sigma, grid, event.sampling)
+    curve = np.asarray(curve, dtype=float)
+    curve.setflags(write=False)
+    return curve
+
+
 class Accountant:
     """Records privacy events and reports their composition under one method."""
 
@@ -86,10 +101,7 @@ class Accountant:
     def rdp_curve(self) -> np.ndarray:
         total = np.zeros_like(self.orders)
         for event, count in self.events:
-            if isinstance(event, GaussianEvent):
-                total += count * rdp.gaussian(event.sigma, self.orders)
-            else:
-                total += count * rdp.subsampled_gaussian(event.q, event.sigma, self.orders, event.sampling)
+            total += count * _event_rdp(event, tuple(self.orders))
         return total
 
     def mu(self) -> float:

@@ -77,6 +77,7 @@ class ClientDPConfig(ServerDPConfig):
     client's data split into b batches, E epochs: ``local_steps`` = E·b, ``batch_size`` = n/b);
     ``lr_schedule``: the clients' learning rate, constant within a round (``dpfl.federated.schedule``;
     Geyer: ``LearningRate(0.1, 27_000, per="step", smooth=True)``, s counting every round's local steps).
+    ``diagnostics``: also record Geyer's V_c and U_s of each round's updates (:func:`spread`).
     """
 
     noise_multiplier: float
@@ -88,6 +89,7 @@ class ClientDPConfig(ServerDPConfig):
     batch_sampling: str = "fixed"
     count_noise_std: float = 0.0
     stop_on: str = "guarantee"
+    diagnostics: bool = False
 
     def __post_init__(self):
         super().__post_init__()
@@ -119,8 +121,13 @@ def spread(updates: dict) -> tuple[float, float]:
     between-clients variance V_c = (1/P) Σ_ij (1/m) Σ_k (Δw^k_ij − μ_ij)² and update scale
     U_s = (1/P) Σ_ij μ_ij², μ = the mean update, P the number of weights (pooled over layers)."""
     total = sum(v[0].numel() for v in updates.values())
-    var = sum(float(v.var(dim=0, unbiased=False).sum()) for v in updates.values()) / total
-    scale = sum(float(v.mean(dim=0).pow(2).sum()) for v in updates.values()) / total
+    means = {k: v.mean(dim=0) for k, v in updates.items()}
+    # Σ_k (Δ^k − μ)² per weight, summed: Σ_k ‖Δ^k‖² − m‖μ‖² (one pass over the stack; var(dim=0) is a strided walk)
+    m = next(iter(updates.values())).shape[0]
+    scale = sum(float(mu.double().pow(2).sum()) for mu in means.values())
+    squares = sum(float(v.double().pow(2).sum()) for v in updates.values())
+    var = max(squares / m - scale, 0.0) / total
+    scale /= total
     return var, scale
 
 
@@ -169,7 +176,7 @@ class ClientLevelDP(Algorithm):
         lr = cfg.lr_schedule(cfg.local.lr, cfg.lr_schedule.count(r.t, cfg.local_steps))
         updates = updates_from(self.model, cfg.local, global_, x, y,
                                client_generators(cfg.seed, r.t, r.selected, device=r.device), lr, chunk=cfg.chunk)
-        v_c, u_s = spread(updates)
+        v_c, u_s = spread(updates) if cfg.diagnostics else (np.nan, np.nan)
         noise_gen = torch.Generator(device=r.device).manual_seed(int(r.rng.integers(2 ** 62)))
         if cfg.clip == "median":
             bound = server.median_bounds(updates)

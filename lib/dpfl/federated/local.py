@@ -20,6 +20,7 @@ import torch
 from torch.func import grad, vmap
 
 from dpfl import checks
+from dpfl.federated import mlp_sgd
 from dpfl.models import Model, Tap
 
 __all__ = ["LocalConfig", "init_state", "local_train", "updates_from", "client_generators", "step_noise", "take", "put"]
@@ -48,6 +49,11 @@ class LocalConfig:
         checks.nonnegative("noise_multiplier", self.noise_multiplier)
         checks.one_of("per_sample", self.per_sample, ("ghost", "full"))
         checks.nonnegative("prox", self.prox)
+
+
+#: Clients per call on a CPU for a plain MLP trained by SGD (``mlp_sgd``): measured best of
+#: 1/5/10/16/25/50 for Geyer's MLP at 50 clients (``make bench``); other models train one at a time
+CPU_MLP_CHUNK = 10
 
 
 def client_generators(root_seed: int, round_: int, client_ids, device="cpu") -> list:
@@ -192,8 +198,10 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
     ``params``/``state``: stacked over clients (m, …); ``x``: (m, K, B, C, H, W); ``y``: (m, K, B);
     ``generators``: one per client (dropout masks and DP noise are drawn from it, step by step);
     ``lr``: per-client learning rates (m,) (default ``cfg.lr``); ``chunk``: clients per vmapped
-    call — default all on a GPU, one on a CPU, where vmapping convolutions over clients measured
-    slower than sequential calls (``benchmarks/RESULTS.md``); ``anchor``: the point of the
+    call — default all on a GPU; on a CPU :data:`CPU_MLP_CHUNK` for a plain MLP trained by SGD
+    (``mlp_sgd``) and one otherwise, where vmapping convolutions over clients measured slower than
+    sequential calls (``benchmarks/RESULTS.md``); the chunk changes results only by floating-point
+    round-off; ``anchor``: the point of the
     proximal term when ``cfg.prox > 0`` (one model, shared by all clients). Returns the new (params, state).
     """
     if cfg.prox and anchor is None:
@@ -215,7 +223,7 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
     lr = (torch.full((m,), cfg.lr, dtype=dtype, device=device) if lr is None
           else torch.as_tensor(lr, dtype=dtype, device=device))
     if chunk is None:
-        chunk = m if first.is_cuda else 1
+        chunk = m if first.is_cuda else (min(m, CPU_MLP_CHUNK) if mlp_sgd.applies(model, cfg) else 1)
     chunk = checks.positive_int("chunk", chunk)
     step_fn = _step(model, cfg)
     shapes = {k: v.shape[1:] for k, v in params.items()}
@@ -230,6 +238,9 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
         sl = slice(start, start + chunk)
         gens = generators[sl]
         p, st = take(params, sl), take(state, sl)
+        if mlp_sgd.applies(model, cfg):               # no masks, no noise: the same numbers by hand, faster
+            put(new_params, sl, mlp_sgd.sgd_steps(model, cfg, p, x[sl], y[sl], lr[sl], anchor))
+            continue
         for k in range(steps):
             masks = [model.masks(batch, g) for g in gens]
             masks = {} if masks[0] is None else {n: torch.stack([mk[n] for mk in masks]) for n in masks[0]}
@@ -247,4 +258,4 @@ def updates_from(model: Model, cfg: LocalConfig, global_: dict, x, y, generators
     m = y.shape[0]
     start = {k: v.unsqueeze(0).repeat(m, *[1] * v.ndim) for k, v in global_.items()}
     local, _ = local_train(model, cfg, start, init_state(start, cfg), x, y, generators, [lr] * m, chunk=chunk)
-    return {k: local[k] - global_[k] for k in global_}
+    return {k: local[k].sub_(global_[k]) for k in global_}

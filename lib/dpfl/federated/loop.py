@@ -54,7 +54,7 @@ class LoopConfig:
     """What every algorithm's configuration holds (keyword-only): ``rounds`` (the most), the client
     ``sampler``, the clients' ``batch_size``, ``local_steps`` per round and ``local`` training, the
     learning-rate schedule (``dpfl.federated.schedule``), the ``seed``, the ``chunk`` of clients
-    trained in one vmapped call (None: all on CUDA, one on a CPU; never changes the numbers) and the
+    trained in one call (None: ``local_train``'s default; changes the numbers only by round-off) and the
     checkpoint cadence in rounds (0: none)."""
 
     rounds: int
