@@ -9,6 +9,7 @@ Flower is not measured yet (issue: engine speed against peers).
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -41,7 +42,7 @@ def _measure(python, framework: str, data: Path, m: int, repeat: int = 2) -> dic
     best = None
     for _ in range(repeat):
         out = subprocess.run([str(python), str(HERE / "peers.py"), framework, str(data), str(m)], capture_output=True,
-                             text=True, check=True, env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "lib")})
+                             text=True, check=True, env={**os.environ, "PYTHONPATH": str(ROOT / "lib")})
         row = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
         best = row if best is None or row["s_per_round"] < best["s_per_round"] else best
     return best

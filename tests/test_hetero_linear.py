@@ -2,21 +2,21 @@
 import numpy as np
 import pytest
 
-from dpfl.experiments.aldaghri_fedhdp import MonteCarloCheck
+from dpfl.experiments.aldaghri_fedhdp import CHECK_POINT, CHECK_POINT_VALUES as REF, MonteCarloCheck
 from dpfl.theory import hetero_linear as hl
 
-BASE = dict(N=100, rho=0.05, tau2=0.1, s2=0.5, sigma2_p=0.05)
+BASE = CHECK_POINT
 
 
 def test_details_check_values():
     pop = hl.two_groups(**BASE)
-    assert hl.optimal_server_mse(pop) == pytest.approx(0.03833, abs=1e-5)
-    assert hl.hdp_fedavg_mse(pop) == pytest.approx(0.05113, abs=1e-5)
-    assert hl.dp_fedavg_mse(pop) == pytest.approx(0.0535, abs=1e-5)
-    assert hl.optimal_lambda(pop, 0) == pytest.approx(5.0)
-    assert hl.optimal_lambda(pop, 1) == pytest.approx(3.72, abs=0.01)
+    assert hl.optimal_server_mse(pop) == pytest.approx(REF["server MSE, FedHDP (r*)"], abs=1e-5)
+    assert hl.hdp_fedavg_mse(pop) == pytest.approx(REF["server MSE, HDP-FedAvg"], abs=1e-5)
+    assert hl.dp_fedavg_mse(pop) == pytest.approx(REF["server MSE, DP-FedAvg"], abs=1e-5)
+    assert hl.optimal_lambda(pop, 0) == pytest.approx(REF["λ*_np"])
+    assert hl.optimal_lambda(pop, 1) == pytest.approx(REF["λ*_p"], abs=0.01)
     g_hdp, g_dp = hl.gaps(hl.two_groups(**(BASE | {"N": 100_000})))
-    assert (g_hdp, g_dp) == (pytest.approx(0.04501, abs=1e-5), pytest.approx(0.04739, abs=1e-5))
+    assert (g_hdp, g_dp) == (pytest.approx(REF["gap_HDP at N = 1e5"], abs=1e-5), pytest.approx(REF["gap_DP at N = 1e5"], abs=1e-5))
     assert hl.gap_limits(0.05, 0.05) == (pytest.approx(0.045125), pytest.approx(0.0475))
 
 

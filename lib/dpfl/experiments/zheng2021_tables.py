@@ -23,10 +23,10 @@ TABLE2_RATIOS = {"μ ratio": 0.83, "iterations ratio": 2.78, "examples ratio": 1
 #: C_{0.5}(G_1) at α = 0, 0.1, …, 1 (Fig. E.1; the verified values of docs/zheng2021.md §1)
 C_HALF_G1 = (1, .7554, .6185, .5086, .4085, .3085, .2157, .1371, .0736, .0262, 0)
 
-#: the accuracy a table's R is counted to (Table 1–2: MNIST 90 %; Table 3: CIFAR-10 52 %), and the
-#: name of its accuracy column
-_TABLE = {"1": (0.90, "acc", "non-private acc", "best acc ours % (rounds run)"),
-          "3": (0.52, "top-1", "non-private", "best ours % (rounds)")}
+#: per table: the accuracy its R is counted to (Table 1: MNIST 90 %; Table 3: CIFAR-10 52 %) and the
+#: names of its accuracy, twin-accuracy, μ and best-accuracy columns
+_TABLE = {"1": (0.90, "acc", "non-private acc", "μ_max ours at our R (GDP CLT, approx.)", "best acc ours % (rounds run)"),
+          "3": (0.52, "top-1", "non-private", "μ_max ours (GDP CLT, approx.)", "best ours % (rounds)")}
 
 
 def at_round(metrics: pd.DataFrame, R: int, column: str = "acc_stored_local") -> float:
@@ -51,7 +51,7 @@ def rounds_table(runs: dict, published: pd.DataFrame, table: str, target: float,
     """Table 1 (MNIST) or Table 3 (CIFAR-10): per (p, σ), the first round R whose stored accuracy
     reaches ``target``, μ_max at R, the accuracy at R and the non-private twin's at the same R, each
     next to the paper's. ``runs``: {(p, σ): (ZhengRun, metrics)} with σ = None the twin of each p."""
-    goal, acc, nonprivate, best = _TABLE[table]
+    goal, acc, nonprivate, mu, best = _TABLE[table]
     rows = []
     for (p, s), (config, metrics) in runs.items():
         if s is None:
@@ -63,8 +63,7 @@ def rounds_table(runs: dict, published: pd.DataFrame, table: str, target: float,
         paper = (lambda col: None if ref is None else ref[col])
         rows.append({**({"data": data} if data else {}), "p": p, "σ": s, f"R ours (to {target:.0%})": R,
                      f"R paper (to {goal:.0%})": None if ref is None else int(ref.R),
-                     **({"μ_max ours at our R (GDP CLT, approx.)" if table == "1" else "μ_max ours (GDP CLT, approx.)":
-                         round(config.mu(R), 2) if R else np.nan}),
+                     mu: round(config.mu(R), 2) if R else np.nan,
                      "μ_max paper (GDP CLT)": paper("mu"),
                      f"{acc} ours %": round(100 * at_round(metrics, R), 2) if R else np.nan,
                      f"{acc} paper %": paper("acc"),

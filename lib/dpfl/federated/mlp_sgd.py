@@ -28,8 +28,6 @@ def sgd_steps(model, cfg, params: dict, x, y, lr, anchor: dict) -> dict:
     p = {k: v.clone() for k, v in params.items()}
     c, steps, batch = y.shape
     rate = float(lr[0]) if bool((lr == lr[0]).all()) else None         # one learning rate: fused updates
-    per = lambda t: rate if rate is not None else lr.view(c, *[1] * (t.ndim - 1))
-    shrink = cfg.prox + cfg.weight_decay
     for k in range(steps):
         acts = [x[:, k].reshape(c, batch, -1)]
         for i, name in enumerate(layers):
@@ -43,19 +41,25 @@ def sgd_steps(model, cfg, params: dict, x, y, lr, anchor: dict) -> dict:
         for i in reversed(range(len(layers))):
             name, a = layers[i], acts[i]
             back = torch.bmm(delta, p[name + ".weight"]) if i else None   # through the old weights
-            grads = {name + ".weight": lambda: torch.bmm(delta.transpose(1, 2), a), name + ".bias": lambda: delta.sum(1)}
-            for key, grad in grads.items():
-                if key not in p:
-                    continue
-                w, eta = p[key], per(p[key])
-                if shrink:
-                    w.mul_(1 - eta * shrink)
-                    if cfg.prox:
-                        w.add_(eta * cfg.prox * anchor[key])
-                if rate is not None and key.endswith(".weight"):
-                    w.baddbmm_(delta.transpose(1, 2), a, alpha=-rate)
-                else:
-                    w.sub_(eta * grad())
+            _descend(p, name + ".weight", cfg, anchor, rate, lr, product=(delta.transpose(1, 2), a))
+            if name + ".bias" in p:
+                _descend(p, name + ".bias", cfg, anchor, rate, lr, grad=delta.sum(1))
             if i:
                 delta = back * (a > 0)
     return p
+
+
+def _descend(p: dict, key: str, cfg, anchor: dict, rate, lr, *, product=None, grad=None) -> None:
+    """One SGD step of parameter ``key``, in place: w ← (1 − η(λ + κ))w + ηλ·anchor − η·g, where g is
+    ``grad`` or the batched product of the pair ``product`` — added by ``baddbmm_`` without forming g
+    when every client has the same learning rate ``rate``."""
+    w = p[key]
+    eta = rate if rate is not None else lr.view(-1, *[1] * (w.ndim - 1))
+    if cfg.prox or cfg.weight_decay:
+        w.mul_(1 - eta * (cfg.prox + cfg.weight_decay))
+        if cfg.prox:
+            w.add_(eta * cfg.prox * anchor[key])
+    if product is not None and rate is not None:
+        w.baddbmm_(*product, alpha=-rate)
+    else:
+        w.sub_(eta * (torch.bmm(*product) if product is not None else grad))
