@@ -170,12 +170,12 @@ def test_client_level_clipping_median_bounds_and_noise():
 
 
 @pytest.mark.parametrize("q, sigmas, accumulations, budget, rounds", [
-    (0.5, (1.75, 1.8), 3, 1e-3, (11, 11)),     # K = 100, m = 50 (details.md §5.2)
+    (0.5, (1.75, 1.8), 3, 1e-3, (11, 11)),     # K = 100, m = 50 (docs/geyer2017.md §5)
     (0.5, (1.15, 1.2), 1, 1e-3, (10, 12)),
     (0.22, (2.1, 2.15), 3, 1e-5, (52, 55)),    # K = 1000, m = 220: bracket CR = 54
 ])
 def test_geyer_moments_accountant_reproduces_the_inferred_noise_levels(q, sigmas, accumulations, budget, rounds):
-    """details.md §5.2: with Geyer's accountant, these σ make δ (at ε = 8) first exceed δ′ at the
+    """docs/geyer2017.md §5: with Geyer's accountant, these σ make δ (at ε = 8) first exceed δ′ at the
     paper's number of rounds (11 for K = 100, 54 for K = 1000)."""
     from dpfl.accounting import rdp
 
@@ -213,7 +213,7 @@ def test_client_dp_round_without_noise_is_fedavg(mnist_shards):
 
 def test_client_dp_learns_accounts_and_stops_at_the_budget():
     from dpfl.accounting import rdp
-    from dpfl.federated.client_dp import ClientDPConfig, ClientLevelDP
+    from dpfl.experiments.geyer2017 import GeyerConfig, GeyerDP
 
     root = shared_root()
     train_set, test_set = load_dataset("mnist", "train", root), load_dataset("mnist", "test", root)
@@ -221,22 +221,22 @@ def test_client_dp_learns_accounts_and_stops_at_the_budget():
     clients = partition.geyer_shards(train_set.y.numpy(), 100, rng)
     fd = FederatedDataset.from_partition(train_set, test_set, clients,
                                          partition.test_sets_like(train_set.y.numpy(), test_set.y.numpy(), clients, 50, rng))
-    cfg = ClientDPConfig(rounds=5, batch_size=50, local_steps=10, sampler=FixedClients(30), noise_multiplier=1.0,
-                         local=LocalConfig(optimizer="sgd", lr=0.1), delta_budget=1e-3, stop_on="paper")
-    m = run(ClientLevelDP(GEYER_MLP, cfg), fd, progress=False)
+    cfg = GeyerConfig(rounds=5, batch_size=50, local_steps=10, sampler=FixedClients(30), noise_multiplier=1.0,
+                      local=LocalConfig(optimizer="sgd", lr=0.1), delta_budget=1e-3, stop_on="paper", accumulations=1)
+    m = run(GeyerDP(GEYER_MLP, cfg), fd, progress=False)
     assert m["acc_global"].iloc[-1] > 0.35                                # chance: 0.1
     # Geyer's code's accounting (Poisson at q = m/K), and the guarantee of 30 of 100 without replacement
     paper = [rdp.moments_accountant_delta(0.3, 1.0, t, 8.0) for t in range(1, 6)]
     assert m["delta_paper"].tolist() == pytest.approx(paper)
     assert (m["delta"] > m["delta_paper"]).all()
-    tight = run(ClientLevelDP(GEYER_MLP, ClientDPConfig(**{**cfg.__dict__, "rounds": 50, "delta_budget": 1e-12})), fd,
-                            progress=False)
+    tight = run(GeyerDP(GEYER_MLP, GeyerConfig(**{**cfg.__dict__, "rounds": 50, "delta_budget": 1e-12})), fd,
+                progress=False)
     assert tight["delta_paper"].iloc[-1] > 1e-12 and (tight["delta_paper"].iloc[:-1] <= 1e-12).all()   # stop_on="paper"
-    safe = run(ClientLevelDP(GEYER_MLP, ClientDPConfig(**{**cfg.__dict__, "rounds": 50, "stop_on": "guarantee"})), fd,
-                           progress=False)
+    safe = run(GeyerDP(GEYER_MLP, GeyerConfig(**{**cfg.__dict__, "rounds": 50, "stop_on": "guarantee"})), fd,
+               progress=False)
     assert safe["delta"].iloc[-1] > 1e-3 and (safe["delta"].iloc[:-1] <= 1e-3).all() and len(safe) < len(m)
     with pytest.raises(ValueError, match="non-private"):
-        ClientDPConfig(**{**cfg.__dict__, "local": LocalConfig(dp=True)})
+        GeyerConfig(**{**cfg.__dict__, "local": LocalConfig(dp=True)})
 
 
 def test_fedhdp_two_step_equals_the_theorys_optimal_weights():
@@ -276,7 +276,7 @@ def test_adaptive_clipping():
 
 
 def test_geyer_spread_quantities_against_their_definition():
-    from dpfl.federated.client_dp import spread
+    from dpfl.experiments.geyer2017 import spread
 
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((5, 3, 4)), rng.standard_normal((5, 2))
@@ -290,14 +290,13 @@ def test_geyer_spread_quantities_against_their_definition():
 
 
 def test_client_dp_adaptive_clipping_epochs_and_lr_decay(mnist_shards):
-    from dpfl.federated.client_dp import ClientDPConfig, ClientLevelDP
+    from dpfl.experiments.geyer2017 import GeyerConfig as ClientDPConfig, GeyerDP
 
     base = dict(rounds=4, batch_size=50, local_steps=12, sampler=FixedClients(4), noise_multiplier=1.0,
                 local=LocalConfig(optimizer="sgd", lr=0.1), seed=1, batch_sampling="shuffle", diagnostics=True)
-    adaptive = run(ClientLevelDP(GEYER_MLP, ClientDPConfig(clip="adaptive", per_layer=False, clip_init=1e-3,
-                                                                        count_noise_std=1.0,
-                                                                        lr_schedule=LearningRate(0.1, 24, "step", True),
-                                                                        **base)), mnist_shards, progress=False)
+    adaptive = run(GeyerDP(GEYER_MLP, ClientDPConfig(clip="adaptive", per_layer=False, clip_init=1e-3,
+                                                     count_noise_std=1.0, lr_schedule=LearningRate(0.1, 24, "step", True),
+                                                     **base)), mnist_shards, progress=False)
     # updates are far larger than 1e-3, so the count is ~0 and the bound grows by ≈ e^{0.2·0.5} per round
     growth = adaptive["clip_bound"].to_numpy()[1:] / adaptive["clip_bound"].to_numpy()[:-1]
     assert (growth > 1).all() and np.allclose(np.log(growth), 0.1, atol=0.2 * 3 / 4)

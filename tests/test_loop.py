@@ -9,6 +9,7 @@ import torch
 
 from dpfl.data.federated import FederatedDataset
 from dpfl.federated import loop
+from dpfl.experiments.geyer2017 import GeyerConfig, GeyerDP
 from dpfl.federated.client_dp import ClientDPConfig, ClientLevelDP
 from dpfl.federated.engine import PriFedSync, RoundConfig
 from dpfl.federated.fedhdp import FedHDP, FedHDPConfig
@@ -33,11 +34,14 @@ ALGORITHMS = {
     "client_dp": (ClientLevelDP, lambda R, every: dict(cfg=ClientDPConfig(
         rounds=R, batch_size=8, local_steps=2, sampler=FixedClients(3), local=SGD, noise_multiplier=1.0,
         clip="adaptive", per_layer=False, count_noise_std=2.0, checkpoint_every=every))),
+    "geyer": (GeyerDP, lambda R, every: dict(cfg=GeyerConfig(
+        rounds=R, batch_size=8, local_steps=2, sampler=FixedClients(3), local=SGD, noise_multiplier=1.0,
+        batch_sampling="shuffle", diagnostics=True, checkpoint_every=every))),
     "fedhdp": (FedHDP, lambda R, every: dict(groups=np.array([0, 1, 1, 0]), cfg=FedHDPConfig(
         rounds=R, batch_size=8, local_steps=2, sampler=PoissonClients(0.8), local=SGD, checkpoint_every=every,
         noise_multipliers=(0.0, 1.0), ratios=(1.0, 0.5), lams=(0.1, 0.1), personal_lr=0.05, count_noise_frac=1.0))),
 }
-PRIVACY_COLUMNS = {"prifedsync": ["mu_max_clt"], "client_dp": ["delta", "delta_paper"], "fedhdp": ["eps_1"]}
+PRIVACY_COLUMNS = {"prifedsync": ["mu_max_clt"], "client_dp": ["delta"], "geyer": ["delta", "delta_paper"], "fedhdp": ["eps_1"]}
 
 
 def _run(name, rounds=5, every=0, **kwargs):

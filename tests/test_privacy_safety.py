@@ -119,9 +119,12 @@ def test_solver_always_lands_on_the_safe_side(sigma, delta, which):
 # -- 6. accounting events come from the sampler, each round at its own q ---------------------------
 
 def test_client_dp_composes_each_round_with_its_own_q_and_shows_the_papers_number():
+    from dpfl.experiments.geyer2017 import GeyerConfig, GeyerDP
+
     fd, z = _tiny_data(), 1.2
     sampler = FixedClients(1, schedule=(1, 2, 3))
-    rows = run(ClientLevelDP(GEYER_MLP, _client_cfg(z, sampler)), fd, progress=False)
+    cfg = GeyerConfig(**{**_client_cfg(z, sampler, per_layer=False).__dict__, "accumulations": 1})
+    rows = run(GeyerDP(GEYER_MLP, cfg), fd, progress=False)
     truth, paper = Accountant("rdp"), Accountant("rdp-classic", orders=np.arange(2, 34))
     for t in range(3):
         truth.compose(SampledGaussianEvent(z / 2, (t + 1) / 3, "without_replacement"))   # replace-one: 2S
@@ -131,6 +134,23 @@ def test_client_dp_composes_each_round_with_its_own_q_and_shows_the_papers_numbe
     # the old code charged every past round at the current q: 3 rounds at q = 1 for the last row
     old = rdp.moments_accountant_delta(1.0, z, 3, 2.0)
     assert rows["delta_paper"].iloc[-1] < old
+
+
+def test_per_layer_clipping_is_accounted_as_one_gaussian_of_all_layers():
+    """Each of the L = 3 weight matrices clipped to S and noised with σS: a client moves the whole
+    update by √L·S in the noise's units, so one round is one event of multiplier z/(2√L) (replace-one).
+    The old guarantee column charged z/2, as if only one layer had been released."""
+    fd, z = _tiny_data(), 3.0
+    rows = run(ClientLevelDP(GEYER_MLP, _client_cfg(z, FixedClients(2), per_layer=True)), fd, progress=False)
+    truth = Accountant("rdp").compose(SampledGaussianEvent(z / (2 * math.sqrt(3)), 2 / 3, "without_replacement"), 3)
+    assert rows["delta"].iloc[-1] == pytest.approx(truth.delta(2.0), rel=1e-12)
+    old = Accountant("rdp").compose(SampledGaussianEvent(z / 2, 2 / 3, "without_replacement"), 3).delta(2.0)
+    assert old < 0.5 * rows["delta"].iloc[-1]                                   # the old number claimed more
+    # Geyer's code's three accumulations per round claim more than one joint release of the layers
+    # (Poisson at q = 0.5, σ = 1.75, 11 rounds: the published K = 100 row at its implied σ)
+    three = Accountant("rdp").compose(SampledGaussianEvent(1.75, 0.5), 33).delta(8.0)
+    joint = Accountant("rdp").compose(SampledGaussianEvent(1.75 / math.sqrt(3), 0.5), 11).delta(8.0)
+    assert three < 0.8 * joint
 
 
 def test_samplers_name_the_event_of_their_neighbouring_relation():

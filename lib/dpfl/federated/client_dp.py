@@ -12,19 +12,20 @@ owns seeding (round t's sample, batches and server noise from (seed, t), client 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import torch
 
 from dpfl import checks
-from dpfl.accounting.accountant import Accountant, SampledGaussianEvent
+from dpfl.accounting.accountant import Accountant
 from dpfl.data.federated import FederatedDataset
 from dpfl.federated import server
 from dpfl.federated.local import client_generators, updates_from
 from dpfl.federated.loop import Algorithm, LoopConfig, Privacy, Round
 from dpfl.models import Model
 
-__all__ = ["ServerDPConfig", "ClientDPConfig", "ClientLevelDP", "spread"]
+__all__ = ["ServerDPConfig", "ClientDPConfig", "ClientLevelDP"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -57,57 +58,56 @@ class ServerDPConfig(LoopConfig):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ClientDPConfig(ServerDPConfig):
-    """FedAvg with client-level DP (Geyer, Klein & Nabi 2017; docs/geyer2017.md §1).
+    """FedAvg with client-level DP (Geyer, Klein & Nabi 2017; McMahan et al. 2018; docs/geyer2017.md §1).
 
     Each round the sampled clients start from the global model, train locally (no record-level
     noise), and send Δ_k = w_k − w; the server clips each Δ_k and adds Gaussian noise to the mean.
     ``clip``: a fixed bound; ``"median"``: Geyer's per-layer median of the round's update norms (their
-    code; *not* privatised, and the accounting ignores it); ``"adaptive"``: Andrew et al.'s geometric
-    update of a whole-model bound toward the ``target_quantile`` of the norms from a noised count
-    (std ``count_noise_std``), starting at ``clip_init``, with the update's noise multiplier reduced
-    so that update and count together have multiplier ``noise_multiplier``. The mean gets
-    N(0, (z·S)²)/m per layer (or for the whole model). Privacy at ``target_eps``, each round with its
-    own q_t (Geyer's code accounts ``accumulations_per_round`` mechanisms per round: 3, one per weight
-    matrix): ``delta`` is a guarantee, RDP of the event the sampler implies (``sampler.event``: m_t of K
-    without replacement is replace-one, multiplier z/2); ``delta_paper`` is Geyer's code's moments
-    accountant (Poisson at q_t = m_t/K, multiplier z). The run stops once the δ of ``stop_on``
-    ("guarantee" or "paper", to reproduce the paper's number of rounds) exceeds ``delta_budget``.
+    code; *not* privatised); ``"adaptive"``: Andrew et al.'s geometric update of a whole-model bound
+    toward the ``target_quantile`` of the norms from a noised count (std ``count_noise_std``), starting
+    at ``clip_init``, with the update's noise multiplier reduced so that update and count together
+    have multiplier ``noise_multiplier``; ``None``: no clipping (only without noise: plain FedAvg).
+    The mean gets N(0, (z·S)²)/m per layer (``per_layer``) or for the whole model.
+
+    ``delta`` of each row is δ at ``target_eps`` by RDP of the event the sampler implies
+    (``sampler.event``: m_t of K without replacement is replace-one, multiplier z/2), each round at
+    its own q_t; with ``per_layer`` clipping of L parameter tensors a client moves the whole update by
+    √L·S in the noise's units, so the event's multiplier is divided by √L (docs/geyer2017.md §3).
+    It is a guarantee when the bounds do not depend on the data — not for ``clip="median"``
+    (docs/geyer2017.md §4). The run stops once ``delta`` exceeds ``delta_budget``.
 
     Local training: ``batch_sampling="shuffle"`` runs epochs over a random permutation (Geyer: the
     client's data split into b batches, E epochs: ``local_steps`` = E·b, ``batch_size`` = n/b);
     ``lr_schedule``: the clients' learning rate, constant within a round (``dpfl.federated.schedule``;
     Geyer: ``LearningRate(0.1, 27_000, per="step", smooth=True)``, s counting every round's local steps).
-    ``diagnostics``: also record Geyer's V_c and U_s of each round's updates (:func:`spread`).
     """
 
     noise_multiplier: float
-    clip: float | str = "median"
+    clip: float | str | None = "median"
     per_layer: bool = True
     target_eps: float = 8.0
     delta_budget: float | None = None
-    accumulations_per_round: int = 1
     batch_sampling: str = "fixed"
     count_noise_std: float = 0.0
-    stop_on: str = "guarantee"
-    diagnostics: bool = False
 
     def __post_init__(self):
         super().__post_init__()
-        checks.one_of("stop_on", self.stop_on, ("guarantee", "paper"))
         checks.nonnegative("noise_multiplier", self.noise_multiplier)
-        if isinstance(self.clip, str):
+        if self.clip is None:
+            if self.noise_multiplier > 0:
+                raise ValueError("clip=None (no clipping) needs noise_multiplier = 0: noise is scaled to the bound")
+        elif isinstance(self.clip, str):
             checks.one_of("clip", self.clip, ("median", "adaptive"))
         else:
             try:
                 checks.positive("clip", self.clip)
             except ValueError:
-                raise ValueError(f"clip must be a positive finite number, 'median' or 'adaptive'; "
+                raise ValueError(f"clip must be a positive finite number, 'median', 'adaptive' or None; "
                                  f"got {self.clip!r}") from None
         checks.positive("target_eps", self.target_eps)
         if self.delta_budget is not None:
             checks.in_range("delta_budget", self.delta_budget, 0, 1, lo_open=True, hi_open=True)
         checks.nonnegative("count_noise_std", self.count_noise_std)
-        checks.positive_int("accumulations_per_round", self.accumulations_per_round)
         checks.one_of("batch_sampling", self.batch_sampling, ("fixed", "poisson", "shuffle"))
         if self.clip == "adaptive":
             if self.per_layer:
@@ -116,31 +116,13 @@ class ClientDPConfig(ServerDPConfig):
                 server.effective_noise_multiplier(self.noise_multiplier, self.count_noise_std)   # validates
 
 
-def spread(updates: dict) -> tuple[float, float]:
-    """Geyer et al.'s Fig. 2 quantities of one round's updates Δw^k (stacked, (m, …)):
-    between-clients variance V_c = (1/P) Σ_ij (1/m) Σ_k (Δw^k_ij − μ_ij)² and update scale
-    U_s = (1/P) Σ_ij μ_ij², μ = the mean update, P the number of weights (pooled over layers)."""
-    total = sum(v[0].numel() for v in updates.values())
-    means = {k: v.mean(dim=0) for k, v in updates.items()}
-    # Σ_k (Δ^k − μ)² per weight, summed: Σ_k ‖Δ^k‖² − m‖μ‖² (one pass over the stack; var(dim=0) is a strided walk)
-    m = next(iter(updates.values())).shape[0]
-    scale = sum(float(mu.double().pow(2).sum()) for mu in means.values())
-    squares = sum(float(v.double().pow(2).sum()) for v in updates.values())
-    var = max(squares / m - scale, 0.0) / total
-    scale /= total
-    return var, scale
-
-
 class ClientLevelDP(Algorithm):
     """The algorithm's state (global model, adaptive clip bound) and its round; run it with
     :func:`dpfl.federated.loop.run`, which gives one row per round: accuracy and loss of the global
-    model on every client's test set, δ spent at ``target_eps`` (the guarantee and Geyer's code's),
-    clip bound, mean update norm, V_c, U_s.
-
-    Two accountings, named: ``delta`` is the guarantee (RDP of the sampler's own event, each round
-    at its own q_t, ``sampler.event``); ``delta_paper`` is Geyer's code's (Abadi's moments accountant:
-    Poisson at q_t = m_t/K, multiplier z, integer orders 2…33, classic conversion) — they differ when
-    m of K are drawn without replacement."""
+    model on every client's test set, δ at ``target_eps`` (:class:`ClientDPConfig`), clip bound,
+    mean update norm, and what :meth:`inspect` adds. A paper's reading of the same run (another
+    accountant, another stopping rule, diagnostics of the updates) is a subclass: Geyer et al.'s is
+    ``dpfl.experiments.geyer2017.GeyerDP``."""
 
     progress_metric = "acc_global"
 
@@ -153,22 +135,23 @@ class ClientLevelDP(Algorithm):
     def setup(self, fd: FederatedDataset, device: str) -> None:
         super().setup(fd, device)
         self.state = {"global": self.initial_params(device), "bound": self.cfg.clip_init}
+        #: the multiplier of one round's event: z, over √L for L separately clipped parameter tensors
+        self.z_event = self.z / math.sqrt(len(self.state["global"]) if self.cfg.per_layer else 1)
 
     def accountants(self) -> list[Privacy]:
         eps = self.cfg.target_eps
         if self.cfg.noise_multiplier == 0:
             return []
-        return [Privacy("guarantee", Accountant("rdp"), lambda a: {"delta": a.delta(eps)}),
-                Privacy("paper", Accountant("rdp-classic", orders=np.arange(2, 34)),
-                        lambda a: {"delta_paper": a.delta(eps)})]
+        return [Privacy("guarantee", Accountant("rdp"), lambda a: {"delta": a.delta(eps)})]
 
     def events(self, r: Round) -> dict:
-        cfg, t = self.cfg, r.t
-        if cfg.noise_multiplier == 0:
+        if self.cfg.noise_multiplier == 0:
             return {}
-        q = cfg.sampler.rate(self.K, t - 1)
-        return {"guarantee": [(cfg.sampler.event(cfg.noise_multiplier, self.K, t - 1), cfg.accumulations_per_round)],
-                "paper": [(SampledGaussianEvent(cfg.noise_multiplier, q, "poisson"), cfg.accumulations_per_round)]}
+        return {"guarantee": [(self.cfg.sampler.event(self.z_event, self.K, r.t - 1), 1)]}
+
+    def inspect(self, updates: dict) -> dict:
+        """Extra columns of the round's row from its updates (stacked, before clipping); none here."""
+        return {}
 
     def round(self, r: Round) -> dict:
         cfg, global_ = self.cfg, self.state["global"]
@@ -176,14 +159,14 @@ class ClientLevelDP(Algorithm):
         lr = cfg.lr_schedule(cfg.local.lr, cfg.lr_schedule.count(r.t, cfg.local_steps))
         updates = updates_from(self.model, cfg.local, global_, x, y,
                                client_generators(cfg.seed, r.t, r.selected, device=r.device), lr, chunk=cfg.chunk)
-        v_c, u_s = spread(updates) if cfg.diagnostics else (np.nan, np.nan)
+        extra = self.inspect(updates)
         noise_gen = torch.Generator(device=r.device).manual_seed(int(r.rng.integers(2 ** 62)))
         if cfg.clip == "median":
             bound = server.median_bounds(updates)
         elif cfg.clip == "adaptive":
             bound = self.state["bound"]
         else:
-            bound = cfg.clip
+            bound = math.inf if cfg.clip is None else cfg.clip       # None: nothing clipped
         clipped, norms = server.clip_updates(updates, bound, per_layer=cfg.per_layer)
         step = server.gaussian_mean(clipped, bound, self.z, noise_gen)
         if cfg.clip == "adaptive":
@@ -195,14 +178,11 @@ class ClientLevelDP(Algorithm):
                "mean_update_norm": float(torch.stack(list(norms.values())).mean()) if isinstance(norms, dict)
                else float(norms.mean()),
                "clip_bound": float(np.mean(list(bound.values()))) if isinstance(bound, dict) else float(bound),
-               "V_c": v_c, "U_s": u_s}
+               **extra}
         if cfg.noise_multiplier == 0:
-            row.update(delta=1.0, delta_paper=1.0)
+            row["delta"] = 1.0
         return row
 
     def stop(self, row: dict) -> bool:
-        """δ of ``cfg.stop_on``'s accounting has exceeded ``cfg.delta_budget`` (Geyer's code returns
-        this model: the first whose δ exceeds the budget)."""
-        cfg = self.cfg
-        return cfg.delta_budget is not None and row["delta" if cfg.stop_on == "guarantee" else "delta_paper"] > cfg.delta_budget
-
+        """δ has exceeded ``cfg.delta_budget``; this round's model is returned."""
+        return self.cfg.delta_budget is not None and row["delta"] > self.cfg.delta_budget

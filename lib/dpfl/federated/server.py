@@ -48,6 +48,7 @@ def clip_updates(updates: dict, bound, *, per_layer: bool = False):
 
     ``per_layer=False``: one norm over the whole model, ``bound`` a scalar. ``per_layer=True``:
     each parameter tensor separately, ``bound`` a scalar or a dict of per-layer bounds (Geyer).
+    ``bound = math.inf`` clips nothing (and still returns the norms).
     Returns (clipped updates, norms before clipping: (m,) or {layer: (m,)}).
     """
     if per_layer:
@@ -56,7 +57,7 @@ def clip_updates(updates: dict, bound, *, per_layer: bool = False):
         clipped = {k: v / torch.clamp(norms[k] / bounds[k], min=1.0).view(-1, *[1] * (v.ndim - 1))
                    for k, v in updates.items()}
         return clipped, norms
-    checks.positive("bound", bound)
+    checks.positive("bound", bound, finite=False)
     norms = torch.sqrt(sum(v.flatten(1).pow(2).sum(1) for v in updates.values()))
     factor = torch.clamp(norms / bound, min=1.0)
     return {k: v / factor.view(-1, *[1] * (v.ndim - 1)) for k, v in updates.items()}, norms
@@ -72,14 +73,15 @@ def median_bounds(updates: dict) -> dict:
 def gaussian_mean(clipped: dict, bound, noise_multiplier: float, generator: torch.Generator):
     """mean_k(clipped Δ_k) + N(0, (z·S)²)/m — the client-level Gaussian mechanism of Geyer et al. (and
     of DP-FedAvg, McMahan et al. 2018, with sensitivity S/m of the mean). ``bound``: S, or a dict of
-    per-layer bounds (each layer gets noise with its own)."""
+    per-layer bounds (each layer gets noise with its own). With z = 0 the plain mean (for any S,
+    infinite included); the noise is drawn all the same, so the generator moves as with z > 0."""
     checks.nonnegative("noise_multiplier", noise_multiplier)
     m = next(iter(clipped.values())).shape[0]
     out = {}
     for k, v in clipped.items():
         s = bound[k] if isinstance(bound, dict) else bound
         noise = torch.randn(v.shape[1:], generator=generator, dtype=v.dtype, device=v.device)
-        out[k] = v.mean(dim=0) + noise_multiplier * s * noise / m
+        out[k] = v.mean(dim=0) + noise_multiplier * s * noise / m if noise_multiplier else v.mean(dim=0)
     return out
 
 

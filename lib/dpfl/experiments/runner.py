@@ -1,0 +1,83 @@
+"""A paper's grid of training runs computed into a cache within a time budget, from the command line —
+for time-limited GPU commands (10 minutes each) and for long CPU jobs that resume across sessions:
+each call adds the runs it finishes, and the next call (or the notebook) reads them from the cache.
+
+``python -m dpfl.experiments.<paper> --profile paper --device cuda --budget 540 --cache C --whole-runs
+--bundle $OUT/runs.tar.gz``. ``--whole-runs``: give a run up as soon as it cannot finish within the
+budget and go on to the next (on a machine whose disk goes away, a partial run is lost with its
+checkpoint). ``--bundle``: the cache entries this call computed, in one archive (``tar -xzf`` it in
+the cache). ``--only S``: the runs whose name contains S. ``<cache>/progress.json`` says what is done,
+what is missing and what stopped the call. Exit status 0 when every run is cached, 3 when some are left.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import tarfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from dpfl import runs
+from dpfl.federated.loop import CannotFinish, Interrupted
+from dpfl.io import atomic_path
+
+__all__ = ["main"]
+
+
+def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache: str, argv=None) -> int:
+    """Parse ``argv`` and compute the missing runs of ``grid(profile, seed=, device=, data_dir=,
+    checkpoint_dir=, deadline=, whole=)``, each named ``describe(run)`` in the log."""
+    from dpfl.notebook import resolve_device
+
+    parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", default="paper", choices=list(profiles))
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data-dir", default=os.environ.get("DPFL_DATA"))
+    parser.add_argument("--cache", default=default_cache)
+    parser.add_argument("--budget", type=float, default=float("inf"),
+                        help="seconds; a run still going then checkpoints and stops (exit status 3)")
+    parser.add_argument("--whole-runs", action="store_true", help="skip a run as soon as it cannot finish in the budget")
+    parser.add_argument("--bundle", help="write the cache entries this call computes into this .tar.gz")
+    parser.add_argument("--only", default="", help="compute only the runs whose name contains this")
+    args = parser.parse_args(argv)
+    cache = runs.Cache(args.cache)
+    deadline = time.time() + args.budget if math.isfinite(args.budget) else None
+    name = lambda c: f"{cache.path(c).stem}: {describe(c)}"
+    todo = [c for c in grid(args.profile, seed=args.seed, device=resolve_device(args.device), data_dir=args.data_dir,
+                            checkpoint_dir=str(Path(args.cache) / "checkpoints"), deadline=deadline,
+                            whole=args.whole_runs)
+            if args.only in describe(c) and cache.load(c) is None]
+    print(f"{args.profile}: {len(todo)} run(s) missing from {args.cache}", flush=True)
+    done, skipped, status = [], [], "finished"
+    for k, config in enumerate(todo, 1):
+        try:                                   # the loop stops a run at the deadline, before its first round too
+            result = runs.run(config, cache)
+        except CannotFinish as stop:
+            skipped.append(name(config))
+            print(f"[{k}/{len(todo)}] skipped {name(config)}: {stop}", flush=True)
+            continue
+        except Interrupted as stop:
+            status = f"budget of {args.budget:.0f} s reached: {stop}"
+            print(f"{status}; {len(todo) - k + 1} run(s) left", flush=True)
+            break
+        done.append(config)
+        print(f"[{k}/{len(todo)}] {name(config)}: {len(result.value)} rounds in {result.provenance['wall_time_s']:.0f} s",
+              flush=True)
+    missing = [name(c) for c in todo if c not in done]
+    Path(args.cache).mkdir(parents=True, exist_ok=True)
+    with atomic_path(Path(args.cache) / "progress.json") as tmp:
+        Path(tmp).write_text(json.dumps({"profile": args.profile, "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                         "computed_now": [name(c) for c in done], "skipped": skipped,
+                                         "missing": missing, "status": status}, indent=1, ensure_ascii=False))
+    if args.bundle:
+        with atomic_path(args.bundle) as tmp, tarfile.open(tmp, "w:gz") as tar:
+            for c in done:
+                for path in (cache.path(c), cache.path(c).with_suffix(".json")):
+                    tar.add(path, arcname=path.name)
+        print(f"{len(done)} new run(s) bundled in {args.bundle}", flush=True)
+    return 3 if missing else 0

@@ -1,0 +1,157 @@
+"""dpfl.experiments.geyer2017: Geyer, Klein & Nabi 2017 — data, accountant, stopping, selection rule,
+Table 1 builder, the re-accounting, and bad input (the training itself: test_engine, test_loop)."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from dpfl.accounting import rdp
+from dpfl.experiments import geyer2017 as g
+from dpfl.experiments import geyer2017_tables as gt
+
+
+@pytest.mark.parametrize("K, m, sigmas, rounds", [
+    (100, 50, (1.748, 1.818), 11),     # inside the σ intervals recomputed from their accountant (docs/geyer2017.md §5)
+    (1000, 220, (2.125, 2.1406), 54),
+])
+def test_their_accountant_stops_at_the_published_rounds(K, m, sigmas, rounds):
+    budget = g.DELTA_BUDGET[K]
+    assert [g.paper_stop_round(K, m, s, budget) for s in sigmas] == [rounds, rounds]
+    assert g.paper_stop_round(K, m, sigmas[0] - 0.002, budget) < rounds < g.paper_stop_round(K, m, sigmas[1] + 0.002, budget)
+    # the same δ as Abadi's moments accountant with 3 accumulations per round
+    R = rounds
+    assert rdp.moments_accountant_delta(m / K, sigmas[0], 3 * R, 8.0) > budget >= \
+        rdp.moments_accountant_delta(m / K, sigmas[0], 3 * (R - 1), 8.0)
+
+
+def test_published_table_and_the_implied_m():
+    table = g.published()
+    assert table.mean_m.tolist() == pytest.approx([100, 50, 220, 508.5], abs=0.01)
+    rows = gt.paper_rows_settings(step=0.01)
+    assert [(r["K"], r["m"], r["rounds"]) for r in rows[:2]] == [(100, 50, 11), (1000, 220, 54)]
+    assert rows[2]["m"] == 508 and abs(rows[2]["rounds"] - 412) <= 4          # 412 itself needs a varying m_t
+    assert rows[0]["sigma"] == pytest.approx(1.75) and rows[1]["sigma"] == pytest.approx(2.13)
+
+
+def test_ramp_spells_out_every_round():
+    schedule = g.ramp((20, 30, 40, 50), 100, 1.8)
+    assert schedule[:5] == (20, 30, 40, 50, 50) and len(schedule) == g.paper_stop_round(100, schedule, 1.8, 1e-3) == 13
+    run = g.GeyerRun(100, schedule, 1.8)
+    assert run.max_rounds == 13 and run.m_label == "20→30→40→50" and run.config().sampler.size(12) == 50
+
+
+def test_the_clients_and_held_out_images(data_root):
+    fd = g.federated_mnist(100, 0, data_root)
+    sizes = fd.client_sizes
+    assert (sizes == 500).all()
+    train = np.concatenate(fd.clients)
+    assert train.max() < 50_000 and np.unique(train).size == 50_000          # every image once, none held out
+    assert [len(t) for t in fd.test_clients] == [100] * 100
+    assert np.unique(np.concatenate(fd.test_clients)).size == 10_000          # disjoint slices of all of them
+    assert float(fd.train_x.min()) == 0.0 and float(fd.train_x.max()) == 1.0  # pixels in [0, 1]
+    labels = [np.unique(fd.train_y[torch.as_tensor(c)].numpy()).size for c in fd.clients]
+    assert np.mean(labels) <= 2.2                                             # two shards: mostly two digits
+    paper = g.federated_mnist(1000, 0, data_root, split="paper")
+    assert (paper.client_sizes == 600).all() and [len(t) for t in paper.test_clients[:3]] == [10, 10, 10]
+    assert all((paper.clients[c] == paper.clients[c + 100]).all() for c in range(5))   # K > 100 repeats the data
+
+
+def test_median_shift_and_spread_on_known_updates():
+    norms = torch.tensor([1.0, 2.0, 3.0, 5.0, 9.0])
+    updates = {"w": norms[:, None] * torch.tensor([[1.0, 0.0]])}
+    assert g.median_shift(updates) == pytest.approx(2 / 3)            # median 3: neighbours 2 and 5
+    v_c, u_s = g.spread(updates)
+    assert u_s == pytest.approx(4.0 ** 2 / 2) and v_c == pytest.approx(np.var([1, 2, 3, 5, 9]) / 2)
+
+
+def _metrics(acc, delta_paper, m=50):
+    R = len(acc)
+    return pd.DataFrame({"round": np.arange(1, R + 1), "clients": [m] * R, "acc_global": acc,
+                         "delta_paper": delta_paper, "delta": [1.0] * R})
+
+
+def test_outcome_and_the_papers_selection_rule():
+    run = g.GeyerRun(100, 50, 1.0)                                    # stops at round 3 (δ′ = 1e-3)
+    o = g.outcome(run, _metrics([0.3, 0.5, 0.62], [1e-6, 5e-4, 8e-3]))
+    assert (o["acc"], o["rounds"], o["cc"], o["stopped"]) == (pytest.approx(0.62), 3, 150, True)
+    slower = dict(o, rounds=9, acc=0.624)                             # 0.62 at two decimals: a tie, more rounds
+    better = dict(o, rounds=20, acc=0.70)
+    assert g.best([slower, o]) is o and g.best([o, slower, better]) is better
+    with pytest.raises(ValueError, match="no runs"):
+        g.best([])
+
+
+def test_table1_puts_ours_next_to_the_paper_with_verdicts():
+    nondp = (g.GeyerRun(100, 100, None, rounds=400), _metrics(np.linspace(0.5, 0.975, 400), [1.0] * 400, m=100))
+    dp100 = {"acc": 0.79, "rounds": 12, "cc": 600, "run": "K=100 …"}
+    dp1000 = {"acc": 0.85, "rounds": 80, "cc": 17600, "run": "K=1000 …"}
+    t = gt.table1(nondp, {100: dp100, 1000: dp1000})
+    assert t.K.tolist() == [100, 100, 1000, 10000]
+    assert t.acc_verdict.tolist() == ["agrees", "agrees", "differs", "pending"]
+    assert t.rounds_verdict.tolist()[1:] == ["agrees", "differs", "pending"]
+    reach = gt.first_reaching(nondp[1], 0.97)
+    assert t.rounds.iloc[0] == reach and t.acc.iloc[0] == pytest.approx(np.linspace(0.5, 0.975, 400)[379])
+    assert t.mean_m.iloc[1] == 50 and t.paper_mean_m.iloc[2] == 220
+
+
+def test_reaccounting_the_published_k100_row():
+    table = gt.reaccount(100, (50,) * 11, 1.75, 1e-3).set_index("accounting")
+    theirs = table.iloc[0]
+    assert theirs.delta_at_eps8 == pytest.approx(rdp.moments_accountant_delta(0.5, 1.75, 33, 8.0), rel=1e-9)
+    assert theirs.rounds_allowed == 10                                # their code runs one more: CR = 11
+    # the mechanism as run (one Gaussian of three layers, replace-one) spends far more
+    as_run = table.loc["as run: m of K, replace-one (σ/(2√3)), RDP"]
+    assert as_run.delta_at_eps8 > 0.1 and as_run.rounds_allowed < theirs.rounds_allowed
+    fdp = table.loc["as run: m of K, replace-one (σ/(2√3)), f-DP"]
+    assert fdp.delta_at_eps8 <= as_run.delta_at_eps8 and fdp.rounds_allowed >= as_run.rounds_allowed
+
+
+@pytest.mark.parametrize("make, param", [
+    (lambda: g.GeyerRun(150, 50, 1.0), "num_clients"),                # not a multiple of the shard split
+    (lambda: g.GeyerRun(100, 120, 1.0), "m"),                         # m_t > K
+    (lambda: g.GeyerRun(100, 50, 0.0), "sigma"),                      # σ ≤ 0 for a DP run
+    (lambda: g.GeyerRun(100, 50, -1.0), "sigma"),
+    (lambda: g.GeyerRun(100, 50, 1.0, delta_budget=1.5), "delta_budget"),
+    (lambda: g.GeyerRun(100, 50, 1.0, delta_budget=0.0), "delta_budget"),
+    (lambda: g.GeyerRun(100, (20, 30, 40), 1.8), "m, a schedule"),   # shorter than the rounds run
+    (lambda: g.GeyerRun(100, 100, None), "rounds"),                   # nothing stops a non-private run
+    (lambda: g.GeyerRun(100, 50, 1.0, split="x"), "split"),
+    (lambda: g.GeyerRun(100, 50, 1.0, batches=7).config(), "batches"),
+])
+def test_bad_input_is_refused_before_training(make, param):
+    with pytest.raises(ValueError, match=f"^{param}"):
+        make()
+
+
+def test_grid_profiles():
+    smoke, paper = g.grid("smoke"), g.grid("paper")
+    assert len(smoke) == 4 and len(paper) == 1 + 96 + 18 + 4 + 20
+    assert {r.num_clients for r in paper} == {100, 1000, 10000}
+    same = g.same_ratio_runs("paper")
+    assert {round(r.sigma ** 2 / r.schedule[0], 4) for r in same} == {round(1.8 ** 2 / 50, 4)}
+    assert math.isclose(max(r.sigma for r in same), 1.8)
+
+
+def test_ramp_vs_constant_pairs_each_ramp_with_its_final_m():
+    base = dict(K=100, b=10, E=4, cc=0)
+    outcomes = [dict(base, m="20→30→40→50", sigma=1.8, acc=0.80, rounds=13), dict(base, m="50", sigma=1.8, acc=0.78, rounds=11),
+                dict(base, m="30", sigma=1.8, acc=0.7, rounds=30), dict(base, m="20→30→40→50", sigma=1.0, acc=0.5, rounds=4)]
+    table = gt.ramp_vs_constant(outcomes)
+    assert len(table) == 1 and table.gain.iloc[0] == pytest.approx(0.02) and table.constant_m.iloc[0] == "50"
+
+
+def test_same_ratio_table_and_phases():
+    runs = [g.GeyerRun(100, m, s, rounds=1, seed=seed) for seed in (0, 1) for m, s in ((10, 0.8), (50, 1.8))]
+    accs = {(10, 0): 0.30, (10, 1): 0.34, (50, 0): 0.31, (50, 1): 0.33}
+    table = gt.same_ratio_table([(r, pd.DataFrame({"acc_global": [accs[r.schedule[0], r.seed]]})) for r in runs])
+    assert table.m.tolist() == [10, 50] and table.acc_after_round_1.tolist() == pytest.approx([0.32, 0.32])
+    assert table.rounds_allowed.iloc[0] > table.rounds_allowed.iloc[1]         # less privacy per round at m = 10 …
+    assert table.eps_of_the_round.iloc[0] > table.eps_of_the_round.iloc[1]    # … though one round alone has larger ε
+    assert table.rounds_allowed.iloc[1] == 10                                   # σ = 1.8 at m = 50: CR 11
+    rounds = np.arange(1, 41)
+    metrics = pd.DataFrame({"round": rounds, "V_c": 1e-3 * np.minimum(rounds, 20), "U_s": 1.0 / rounds ** 2})
+    ph = gt.phases(metrics)
+    assert ph["V_c_early"] == pytest.approx(3e-3) and ph["V_c_late"] == pytest.approx(2e-2)
+    assert ph["U_s_early"] / ph["U_s_late"] > 100 and ph["V_c_peak_round"] == 20 and ph["ratio_late"] > ph["ratio_early"]
