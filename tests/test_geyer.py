@@ -155,3 +155,21 @@ def test_same_ratio_table_and_phases():
     ph = gt.phases(metrics)
     assert ph["V_c_early"] == pytest.approx(3e-3) and ph["V_c_late"] == pytest.approx(2e-2)
     assert ph["U_s_early"] / ph["U_s_late"] > 100 and ph["V_c_peak_round"] == 20 and ph["ratio_late"] > ph["ratio_early"]
+
+
+def test_the_command_line_runner_fills_the_cache_the_notebook_reads(data_root, tmp_path):
+    """``python -m dpfl.experiments.geyer2017`` once keyed its runs under ``__main__.GeyerRun``, which
+    the notebook (importing dpfl.experiments.geyer2017) never found."""
+    import os
+    import subprocess
+    import sys
+
+    from dpfl.runs import Cache
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-m", "dpfl.experiments.geyer2017", "--profile", "smoke", "--device", "cpu",
+                          "--data-dir", str(data_root), "--cache", str(tmp_path), "--only", "m=50 σ=1 "],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    run = next(r for r in g.grid("smoke") if r.label.startswith("K=100 m=50 σ=1 "))
+    assert Cache(tmp_path).load(run) is not None

@@ -400,4 +400,8 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     import sys
 
-    sys.exit(main())
+    # run the imported module's main, not this __main__ copy's: a config's cache key names its class's
+    # module, and the notebook looks runs up under dpfl.experiments.geyer2017
+    from dpfl.experiments import geyer2017 as module
+
+    sys.exit(module.main())
