@@ -173,3 +173,18 @@ def test_the_command_line_runner_fills_the_cache_the_notebook_reads(data_root, t
     assert out.returncode == 0, out.stderr[-2000:]
     run = next(r for r in g.grid("smoke") if r.label.startswith("K=100 m=50 σ=1 "))
     assert Cache(tmp_path).load(run) is not None
+
+
+def test_reaccounting_every_published_row():
+    """The numbers the notebook's §6 reports for the published rows at their implied σ: rounds each
+    accounting allows at δ′, δ at ε = 8 after CR, ε at δ′ (docs/geyer2017.md §3)."""
+    tables = {r["K"]: gt.reaccount(r["K"], (r["m"],) * r["rounds"], r["sigma"], r["delta_budget"]).set_index("accounting")
+              for r in gt.paper_rows_settings()}
+    theirs, layers, rdp_run, fdp_run = gt.ACCOUNTINGS
+    allowed = lambda name: [int(tables[K].loc[name, "rounds_allowed"]) for K in (100, 1000, 10000)]
+    assert allowed(theirs) == [10, 53, 408] and allowed(fdp_run) == [1, 2, 0]
+    assert allowed(layers) == [9, 41, 203] and allowed(rdp_run) == [1, 1, 0]
+    delta = [tables[K].loc[fdp_run, "delta_at_eps8"] for K in (100, 1000, 10000)]
+    assert delta == pytest.approx([0.45, 0.41, 0.90], abs=0.01)
+    eps = [tables[K].loc[name, "eps_at_delta_budget"] for name in (theirs, fdp_run) for K in (100, 1000, 10000)]
+    assert eps == pytest.approx([8.44, 8.05, 8.01, 25.2, 30.9, 61.7], abs=0.1)

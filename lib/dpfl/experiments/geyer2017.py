@@ -15,9 +15,8 @@ stopping once δ > δ′ and returning that model; next to it, in every row, δ 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-import os
-from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -30,12 +29,13 @@ from dpfl.data import FederatedDataset, load_dataset, partition
 from dpfl.data.datasets import Dataset
 from dpfl.federated.client_dp import ClientDPConfig, ClientLevelDP
 from dpfl.federated.local import LocalConfig
-from dpfl.federated.loop import Privacy, Round, run
+from dpfl.experiments.runner import TrainingRun
+from dpfl.federated.loop import Privacy, Round
 from dpfl.federated.sampling import FixedClients
 from dpfl.federated.schedule import LearningRate
 from dpfl.models import GEYER_MLP
 
-__all__ = ["EPS", "DELTA_BUDGET", "PUBLISHED", "published", "GeyerConfig", "GeyerDP", "spread", "median_shift",
+__all__ = ["EPS", "DELTA_BUDGET", "PUBLISHED", "published", "paper_accountant", "paper_round", "GeyerConfig", "GeyerDP", "spread", "median_shift",
            "federated_mnist", "paper_stop_round", "ramp", "GeyerRun", "outcome", "best", "SETTINGS", "dp_grid",
            "nondp_run", "same_ratio_runs", "grid", "main"]
 
@@ -48,6 +48,17 @@ PUBLISHED = (("non-dp", 100, None, 0.97, 380, 38000), ("dp", 100, 1e-3, 0.78, 11
              ("dp", 1000, 1e-5, 0.92, 54, 11880), ("dp", 10000, 1e-6, 0.96, 412, 209500))
 #: the code's orders of the moments accountant: λ = 1…32 are RDP orders α = λ + 1
 PAPER_ORDERS = np.arange(2, 34)
+
+
+def paper_accountant() -> Accountant:
+    """Their code's moments accountant: RDP at orders 2…33, the classic conversion (Abadi et al.)."""
+    return Accountant("rdp-classic", orders=PAPER_ORDERS)
+
+
+def paper_round(sigma: float, q: float, accumulations: int = 3) -> tuple:
+    """How their code charges one round: ``accumulations`` Poisson-subsampled Gaussians at rate q and
+    multiplier σ (one per weight matrix) — an (event, count) pair for ``Accountant.compose``."""
+    return SampledGaussianEvent(sigma, q, "poisson"), accumulations
 #: the held-out images (their validation set) and the images per shard, as in the code
 HELD_OUT = 10_000
 
@@ -103,6 +114,11 @@ class GeyerConfig(ClientDPConfig):
         checks.one_of("stop_on", self.stop_on, ("paper", "guarantee"))
 
 
+def over_budget(row, stop_on: str, delta_budget: float | None) -> bool:
+    """Whether a round's row has δ of ``stop_on``'s accounting ("paper" or "guarantee") above δ′."""
+    return delta_budget is not None and bool(row["delta_paper" if stop_on == "paper" else "delta"] > delta_budget)
+
+
 class GeyerDP(ClientLevelDP):
     """Client-level DP-FedAvg with the paper's accounting beside the mechanism's: each row also holds
     ``delta_paper`` (Abadi's moments accountant as their code runs it: Poisson at q_t = m_t/K,
@@ -112,14 +128,14 @@ class GeyerDP(ClientLevelDP):
     def accountants(self) -> list[Privacy]:
         if self.cfg.noise_multiplier == 0:
             return []
-        return super().accountants() + [Privacy("paper", Accountant("rdp-classic", orders=PAPER_ORDERS),
+        return super().accountants() + [Privacy("paper", paper_accountant(),
                                                 lambda a: {"delta_paper": a.delta(self.cfg.target_eps)})]
 
     def events(self, r: Round) -> dict:
         cfg, events = self.cfg, super().events(r)
         if events:
             q = cfg.sampler.rate(self.K, r.t - 1)
-            events["paper"] = [(SampledGaussianEvent(cfg.noise_multiplier, q, "poisson"), cfg.accumulations)]
+            events["paper"] = [paper_round(cfg.noise_multiplier, q, cfg.accumulations)]
         return events
 
     def inspect(self, updates: dict) -> dict:
@@ -137,9 +153,7 @@ class GeyerDP(ClientLevelDP):
     def stop(self, row: dict) -> bool:
         """δ of ``stop_on``'s accounting has exceeded δ′ (their code returns this model: the first
         whose δ exceeds the budget)."""
-        cfg = self.cfg
-        column = "delta_paper" if cfg.stop_on == "paper" else "delta"
-        return cfg.delta_budget is not None and row[column] > cfg.delta_budget
+        return over_budget(row, self.cfg.stop_on, self.cfg.delta_budget)
 
 
 def federated_mnist(num_clients: int, seed: int, data_dir=None, *, split: str = "code") -> FederatedDataset:
@@ -169,9 +183,9 @@ def paper_stop_round(num_clients: int, m, sigma: float, delta_budget: float, *, 
     """The round at which their code's accountant first exceeds ``delta_budget`` (the run's CR) for
     m clients per round, or a schedule m_t (an error if it ends first), and multiplier σ."""
     schedule = (m,) * limit if isinstance(m, int) else tuple(m)
-    accountant = Accountant("rdp-classic", orders=PAPER_ORDERS)
+    accountant = paper_accountant()
     for t, m_t in enumerate(schedule, 1):
-        accountant.compose(SampledGaussianEvent(sigma, m_t / num_clients, "poisson"), accumulations)
+        accountant.compose(*paper_round(sigma, m_t / num_clients, accumulations))
         if accountant.delta(EPS) > delta_budget:
             return t
     raise ValueError(f"m, a schedule of {len(schedule)} rounds, ends before δ exceeds δ′ = {delta_budget} "
@@ -188,13 +202,13 @@ def ramp(steps, num_clients: int, sigma: float, delta_budget: float | None = Non
 
 
 @dataclasses.dataclass(frozen=True)
-class GeyerRun:
+class GeyerRun(TrainingRun):
     """One run of the paper's grid: K clients, ``m`` per round (an int, or a tuple m_t whose last value
     repeats), ``sigma`` (None: non-private FedAvg, no clipping), ``batches`` b and ``epochs`` E per
     round. ``rounds``: the most (default: the round at which their accountant stops the run; a
     non-private run needs it). ``delta_budget``: δ′ (default :data:`DELTA_BUDGET` of K); ``split``: see
-    :func:`federated_mnist`; ``stop_on``/``accumulations``: :class:`GeyerConfig`. ``device``,
-    ``data_dir``, ``checkpoint_dir`` and ``progress`` say where things are and stay out of the hash."""
+    :func:`federated_mnist`; ``stop_on``/``accumulations``: :class:`GeyerConfig`; where it runs:
+    :class:`~dpfl.experiments.runner.TrainingRun`."""
 
     code_version: ClassVar[int] = 1
 
@@ -210,12 +224,6 @@ class GeyerRun:
     accumulations: int = 3
     diagnostics: bool = False
     seed: int = 0
-    device: str = dataclasses.field(default="cpu", metadata={"hash": False})
-    data_dir: str | None = dataclasses.field(default=None, metadata={"hash": False})
-    checkpoint_dir: str | None = dataclasses.field(default=None, metadata={"hash": False})
-    deadline: float | None = dataclasses.field(default=None, metadata={"hash": False})
-    whole: bool = dataclasses.field(default=False, metadata={"hash": False})
-    progress: bool = dataclasses.field(default=True, metadata={"hash": False})
 
     def __post_init__(self):
         checks.positive_int("num_clients", self.num_clients)
@@ -250,8 +258,9 @@ class GeyerRun:
     def schedule(self) -> tuple:
         return (self.m,) if isinstance(self.m, int) else tuple(self.m)
 
-    @property
+    @functools.cached_property
     def max_rounds(self) -> int:
+        """``rounds``, or the round at which their accountant stops the run (computed once)."""
         if self.rounds is not None:
             return self.rounds
         return paper_stop_round(self.num_clients, self.m, self.sigma, self.delta_budget,
@@ -285,29 +294,17 @@ class GeyerRun:
 
     def compute(self) -> pd.DataFrame:
         """Train; one row per round (``GeyerDP``)."""
-        from dpfl.runs import config_hash
-
-        cfg = self.config()
-        checkpoint = None
-        if self.checkpoint_dir:
-            os.makedirs(self.checkpoint_dir, exist_ok=True)
-            checkpoint = Path(self.checkpoint_dir) / f"GeyerRun-{config_hash(self)}.pt"
         fd = federated_mnist(self.num_clients, self.seed, self.data_dir, split=self.split)
-        metrics = run(GeyerDP(GEYER_MLP, cfg), fd, checkpoint=checkpoint, checkpoint_seconds=120.0,
-                      deadline=self.deadline, whole=self.whole, progress=self.progress, device=self.device)
-        if checkpoint is not None and checkpoint.exists():
-            checkpoint.unlink()
-        return metrics
+        return self.train(GeyerDP(GEYER_MLP, self.config()), fd)
 
 
 def outcome(run_: GeyerRun, metrics: pd.DataFrame) -> dict:
     """What Table 1 reports of a run: the returned model's accuracy (the last round's), CR and
     CC = Σ m_t, whether δ′ stopped it, and δ of both accountings at the end."""
     last = metrics.iloc[-1]
-    column = "delta_paper" if run_.stop_on == "paper" else "delta"
     return {"run": run_.label, "K": run_.num_clients, "m": run_.m_label, "sigma": run_.sigma, "b": run_.batches,
             "E": run_.epochs, "acc": float(last.acc_global), "rounds": int(last["round"]),
-            "cc": int(metrics.clients.sum()), "stopped": bool(run_.sigma is not None and last[column] > run_.delta_budget),
+            "cc": int(metrics.clients.sum()), "stopped": over_budget(last, run_.stop_on, run_.delta_budget),
             "delta_paper": float(last.delta_paper), "delta": float(last.delta)}
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from dpfl.accounting.accountant import Accountant, SampledGaussianEvent
-from dpfl.experiments.geyer2017 import EPS, PAPER_ORDERS, paper_stop_round, published
+from dpfl.experiments.geyer2017 import EPS, paper_accountant, paper_round, paper_stop_round, published
 
 __all__ = ["verdict", "first_reaching", "table1", "grid_table", "ramp_vs_constant", "same_ratio_table", "phases",
            "ACCOUNTINGS", "rounds_allowed", "reaccount", "paper_rows_settings"]
@@ -76,7 +76,7 @@ def grid_table(outcomes: list[dict]) -> pd.DataFrame:
 
 #: The accountings of :func:`reaccount`: name → (method, event of one round at (q, σ) with L layers, count)
 ACCOUNTINGS = {
-    "their code (Poisson, σ, 3 per round)": ("rdp-classic", lambda q, s, L: (SampledGaussianEvent(s, q, "poisson"), L)),
+    "their code (Poisson, σ, 3 per round)": ("rdp-classic", lambda q, s, L: paper_round(s, q, L)),
     "Poisson, layers as one Gaussian (σ/√3)": ("rdp", lambda q, s, L: (SampledGaussianEvent(s / math.sqrt(L), q, "poisson"), 1)),
     "as run: m of K, replace-one (σ/(2√3)), RDP": ("rdp", lambda q, s, L: (
         SampledGaussianEvent(s / (2 * math.sqrt(L)), q, "without_replacement"), 1)),
@@ -87,7 +87,7 @@ ACCOUNTINGS = {
 
 def _accountant(name: str, K: int, schedule: tuple, sigma: float, layers: int = 3) -> Accountant:
     method, event = ACCOUNTINGS[name]
-    accountant = Accountant(method, orders=PAPER_ORDERS) if method == "rdp-classic" else Accountant(method)
+    accountant = paper_accountant() if method == "rdp-classic" else Accountant(method)
     for m_t in schedule:
         accountant.compose(*event(m_t / K, sigma, layers))
     return accountant
@@ -163,14 +163,15 @@ def same_ratio_table(results: list, delta_budget: float = 1e-3) -> pd.DataFrame:
     """§6 "lowering m and σ together at constant σ²/m keeps an early round's accuracy gain while spending
     less privacy": per (m, σ), the accuracy after one round from the initial model (mean and standard
     deviation over seeds), ε at δ′ of that round and the rounds their accountant allows at δ′."""
-    rows = [{"m": run.schedule[0], "sigma": run.sigma, "seed": run.seed, "acc": float(metrics.acc_global.iloc[0])}
-            for run, metrics in results]
-    table = pd.DataFrame(rows).groupby(["m", "sigma"]).acc.agg(["mean", "std", "count"]).reset_index()
+    rows = [{"K": run.num_clients, "m": run.schedule[0], "sigma": run.sigma, "seed": run.seed,
+             "acc": float(metrics.acc_global.iloc[0])} for run, metrics in results]
+    table = pd.DataFrame(rows).groupby(["K", "m", "sigma"]).acc.agg(["mean", "std", "count"]).reset_index()
     table = table.rename(columns={"mean": "acc_after_round_1", "std": "acc_std", "count": "seeds"})
     table["sigma2_over_m"] = table.sigma ** 2 / table.m
-    table["eps_of_the_round"] = [Accountant("rdp-classic", orders=PAPER_ORDERS).compose(
-        SampledGaussianEvent(s, m / 100, "poisson"), 3).epsilon(delta_budget) for m, s in zip(table.m, table.sigma)]
-    table["rounds_allowed"] = [paper_stop_round(100, int(m), s, delta_budget) - 1 for m, s in zip(table.m, table.sigma)]
+    table["eps_of_the_round"] = [paper_accountant().compose(*paper_round(s, m / K)).epsilon(delta_budget)
+                                 for K, m, s in zip(table.K, table.m, table.sigma)]
+    table["rounds_allowed"] = [paper_stop_round(int(K), int(m), s, delta_budget) - 1
+                               for K, m, s in zip(table.K, table.m, table.sigma)]
     return table
 
 

@@ -12,19 +12,53 @@ what is missing and what stopped the call. Exit status 0 when every run is cache
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
 import tarfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ClassVar
 
 from dpfl import runs
-from dpfl.federated.loop import CannotFinish, Interrupted
+from dpfl.federated.loop import CannotFinish, Interrupted, run
 from dpfl.io import atomic_path
 
-__all__ = ["main"]
+__all__ = ["TrainingRun", "main"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainingRun:
+    """The base of a paper's training-run config: where a run happens and how it may be cut short —
+    ``device``, ``data_dir``, ``checkpoint_dir``, a ``deadline`` (``time.time()``: the loop checkpoints
+    and raises ``Interrupted`` instead of starting a round that would end later), ``whole`` (with a
+    deadline, give the run up, ``CannotFinish``, once its rounds left cannot end before it) and
+    ``progress``. None of them changes what is computed, so all stay out of the config hash: a result
+    computed on a GPU is read on a CPU machine, its device recorded in the provenance."""
+
+    #: with a ``checkpoint_dir``, a run saves its state every this many seconds of wall time
+    checkpoint_seconds: ClassVar[float] = 120.0
+
+    device: str = dataclasses.field(default="cpu", metadata={"hash": False})
+    data_dir: str | None = dataclasses.field(default=None, metadata={"hash": False})
+    checkpoint_dir: str | None = dataclasses.field(default=None, metadata={"hash": False})
+    deadline: float | None = dataclasses.field(default=None, metadata={"hash": False})
+    whole: bool = dataclasses.field(default=False, metadata={"hash": False})
+    progress: bool = dataclasses.field(default=True, metadata={"hash": False})
+
+    def train(self, algorithm, fd):
+        """``dpfl.federated.loop.run`` with this run's placement, checkpointing to
+        ``<checkpoint_dir>/<Class>-<hash>.pt`` (removed once the run finishes: the cached result replaces it)."""
+        checkpoint = None
+        if self.checkpoint_dir:
+            os.makedirs(self.checkpoint_dir, exist_ok=True)
+            checkpoint = Path(self.checkpoint_dir) / f"{type(self).__name__}-{runs.config_hash(self)}.pt"
+        metrics = run(algorithm, fd, checkpoint=checkpoint, checkpoint_seconds=self.checkpoint_seconds,
+                      deadline=self.deadline, whole=self.whole, progress=self.progress, device=self.device)
+        if checkpoint is not None and checkpoint.exists():
+            checkpoint.unlink()
+        return metrics
 
 
 def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache: str, argv=None) -> int:

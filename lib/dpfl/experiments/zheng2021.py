@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -26,7 +24,7 @@ from dpfl.data import FederatedDataset, load_dataset, partition
 from dpfl.data.datasets import source_of
 from dpfl.federated.engine import PriFedSync, RoundConfig
 from dpfl.federated.local import LocalConfig
-from dpfl.federated.loop import run
+from dpfl.experiments.runner import TrainingRun
 from dpfl.federated.sampling import PoissonClients
 from dpfl.federated.schedule import LearningRate
 from dpfl.models import MNIST_CNN, cifar_cnn
@@ -108,7 +106,7 @@ def first_round(metrics: pd.DataFrame, target: float, column: str = "acc_stored_
 
 
 @dataclasses.dataclass(frozen=True)
-class ZhengRun:
+class ZhengRun(TrainingRun):
     """One run of PriFedSync with DP-SGD clients (Alg. 1–2), as in the authors' code.
 
     ``dataset``: "mnist" or "cifar10"; ``p``: client sampling rate; ``sigma``: Zheng's σ (noise
@@ -140,15 +138,6 @@ class ZhengRun:
     #: CIFAR-10's official files and its JPEG copy give different results, so it is part of the hash
     #: (MNIST has only the official files: None, as before the field existed)
     data_source: str | None = dataclasses.field(default=None, metadata={"hash": "unless-default"})
-    device: str = dataclasses.field(default="cpu", metadata={"hash": False})
-    data_dir: str | None = dataclasses.field(default=None, metadata={"hash": False})
-    checkpoint_dir: str | None = dataclasses.field(default=None, metadata={"hash": False})
-    #: ``time.time()`` by which the run must stop (``dpfl.federated.loop``): it checkpoints and raises
-    #: ``Interrupted`` instead of starting a round that would end later
-    deadline: float | None = dataclasses.field(default=None, metadata={"hash": False})
-    #: with a deadline, give the run up (``CannotFinish``) once its rounds left cannot end before it
-    whole: bool = dataclasses.field(default=False, metadata={"hash": False})
-    progress: bool = dataclasses.field(default=True, metadata={"hash": False})
 
     def __post_init__(self):
         checks.one_of("dataset", self.dataset, ("mnist", "cifar10"))
@@ -198,24 +187,10 @@ class ZhengRun:
                            eval_every=self.eval_every, stop_at=self.stop_at, **schedule)
 
     def compute(self) -> pd.DataFrame:
-        """Train; one row per round (see ``dpfl.federated.engine.PriFedSync``)."""
-        from dpfl.runs import config_hash
-
+        """Train; one row per round (see ``dpfl.federated.engine.PriFedSync``). A paper-scale MNIST
+        checkpoint holds 100 clients' models and Adam states: ≈ 1.4 GB (CIFAR-10 ≈ 0.15 GB)."""
         model = MNIST_CNN if self.dataset == "mnist" else cifar_cnn(self.relu3)
-        checkpoint = (Path(self.checkpoint_dir) / f"ZhengRun-{config_hash(self)}.pt" if self.checkpoint_dir else None)
-        if checkpoint is not None:
-            os.makedirs(self.checkpoint_dir, exist_ok=True)
-        metrics = run(PriFedSync(model, self.round_config()), self.federated_data(), checkpoint=checkpoint,
-                      checkpoint_seconds=CHECKPOINT_SECONDS, deadline=self.deadline, whole=self.whole, progress=self.progress,
-                      device=self.device)
-        if checkpoint is not None and checkpoint.exists():
-            checkpoint.unlink()                       # the cached result replaces it
-        return metrics
-
-
-#: With a ``checkpoint_dir``, a run saves its state every this many seconds of wall time (a paper-scale
-#: MNIST checkpoint holds 100 clients' models and Adam states: ≈ 1.4 GB; CIFAR-10 ≈ 0.15 GB).
-CHECKPOINT_SECONDS = 120.0
+        return self.train(PriFedSync(model, self.round_config()), self.federated_data())
 
 
 #: The notebook's profiles. ``paper`` is the authors' grid (docs/zheng2021.md §2: 300 MNIST rounds; for
