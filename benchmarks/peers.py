@@ -17,14 +17,18 @@ Only torch and numpy are imported at the top: the peers' environments hold no dp
 from __future__ import annotations
 
 import json
+import os
 import resource
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
 K, N, ROUNDS, BATCHES, LR, CLIP, Z = 100, 600, 6, 10, 0.1, 1.0, 1.0
+DATA_PATH: list = []     # the prepared .npz, for Flower's client processes
+LOADED: dict = {}        # its arrays, in each Flower worker process
 
 
 def prepare(path: str) -> None:
@@ -43,9 +47,11 @@ def prepare(path: str) -> None:
              **{k.replace(".", "_"): v.numpy() for k, v in weights.items()})
 
 
-def _report(name: str, m: int, seconds: list, accuracy: float) -> None:
+def _report(name: str, m: int, seconds: list, accuracy: float, peak_rss_mib: float | None = None) -> None:
+    if peak_rss_mib is None:
+        peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"framework": name, "m": m, "s_per_round": float(np.median(seconds[1:])),
-                      "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "peak_rss_mib": peak_rss_mib,
                       "accuracy": accuracy, "threads": torch.get_num_threads()}))
 
 
@@ -148,10 +154,98 @@ def run_pfl(data, m: int) -> None:
     _report("pfl", m, clock.seconds, accuracy)
 
 
+def _tree_rss_mib() -> float:
+    """Resident memory of this process and all its descendants (Ray's raylet, workers), from /proc."""
+    parents, rss = {}, {}
+    for stat in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":", 1) for line in stat.read_text().splitlines() if ":" in line)
+        except OSError:
+            continue
+        pid = int(stat.parent.name)
+        parents[pid] = int(fields["PPid"])
+        rss[pid] = int(fields.get("VmRSS", "0 kB").split()[0]) / 1024
+    tree, frontier = {os.getpid()}, [os.getpid()]
+    while frontier:
+        frontier = [pid for pid, parent in parents.items() if parent in frontier and pid not in tree]
+        tree.update(frontier)
+    return sum(rss.get(pid, 0.0) for pid in tree)
+
+
+def run_flower(data, m: int, cpus_per_client: float) -> None:
+    """Flower's simulation runtime (Ray backend): FedAvg wrapped in its server-side fixed-clipping DP
+    strategy; ``cpus_per_client`` is Flower's ``client_resources`` (its default: 2 CPUs per client)."""
+    import torch.nn.functional as F
+    from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import Grid, ServerApp
+    from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
+    from flwr.simulation import run_simulation
+
+    names = [f"fc{i}.weight" for i in (1, 2, 3)]
+
+    def forward(w, x):
+        return F.linear(F.relu(F.linear(F.relu(F.linear(x, w[0])), w[1])), w[2])
+
+    client = ClientApp()
+
+    @client.train()
+    def train(msg: Message, context: Context) -> Message:
+        torch.manual_seed(int(context.node_config["partition-id"]) * 1000 + int(msg.content["config"]["server-round"]))
+        path = msg.content["config"]["data"]
+        if path not in LOADED:                    # once per worker process, as a Flower user would
+            LOADED[path] = {key: torch.from_numpy(np.load(path)[key]) for key in ("x", "y")}
+        k = int(context.node_config["partition-id"])
+        x, y = LOADED[path]["x"][k], LOADED[path]["y"][k].long()
+        state = msg.content["arrays"].to_torch_state_dict()
+        w = [state[n].clone().requires_grad_(True) for n in names]
+        opt = torch.optim.SGD(w, lr=LR)
+        for batch in torch.randperm(N).split(N // BATCHES):
+            opt.zero_grad()
+            F.cross_entropy(forward(w, x[batch]), y[batch]).backward()
+            opt.step()
+        reply = RecordDict({"arrays": ArrayRecord({n: v.detach() for n, v in zip(names, w)}),
+                            "metrics": MetricRecord({"num-examples": N})})
+        return Message(content=reply, reply_to=msg)
+
+    server = ServerApp()
+    seconds, accuracy, memory = [], [np.nan], [0.0]
+    clock = [None]
+
+    def evaluate(server_round: int, arrays: ArrayRecord):
+        now = time.perf_counter()
+        if clock[0] is not None:
+            seconds.append(now - clock[0])
+        clock[0] = now
+        memory[0] = max(memory[0], _tree_rss_mib())
+        if server_round == ROUNDS:
+            state = arrays.to_torch_state_dict()
+            with torch.no_grad():
+                pred = forward([state[n] for n in names], torch.from_numpy(data["test_x"])).argmax(-1)
+            accuracy[0] = float((pred.numpy() == data["test_y"]).mean())
+        return MetricRecord({})
+
+    @server.main()
+    def main(grid: Grid, context: Context) -> None:
+        strategy = DifferentialPrivacyServerSideFixedClipping(
+            FedAvg(fraction_train=m / K, fraction_evaluate=0.0, min_available_nodes=K, min_train_nodes=m),
+            noise_multiplier=Z, clipping_norm=CLIP, num_sampled_clients=m)
+        initial = ArrayRecord({n: torch.from_numpy(data[n.replace(".", "_")]) for n in names})
+        strategy.start(grid=grid, initial_arrays=initial, num_rounds=ROUNDS, evaluate_fn=evaluate,
+                       train_config=ConfigRecord({"data": DATA_PATH[0]}))
+
+    run_simulation(server_app=server, client_app=client, num_supernodes=K,
+                   backend_config={"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0}})
+    _report("flower", m, seconds, accuracy[0], peak_rss_mib=memory[0])
+
+
 if __name__ == "__main__":
     torch.set_num_threads(torch.get_num_threads())
     what, path = sys.argv[1], sys.argv[2]
+    DATA_PATH.append(str(Path(path).resolve()))
     if what == "prepare":
         prepare(path)
+    elif what.startswith("flower"):          # flower-<CPUs per client>
+        run_flower(np.load(path), int(sys.argv[3]), float(what.split("-")[1]))
     else:
         {"dpfl": run_dpfl, "pfl": run_pfl}[what](np.load(path), int(sys.argv[3]))

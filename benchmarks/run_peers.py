@@ -1,10 +1,12 @@
-"""``make bench``, peer section: dpfl against pfl-research on ``benchmarks/peers.py``'s workload, in one run.
+"""``make bench``, peer section: dpfl against pfl-research and Flower on ``benchmarks/peers.py``'s
+workload, in one run.
 
-Creates ``.bench/venv-pfl`` (pfl 0.6.0 with this machine's torch) on first use — skipped with a
-message when it cannot be installed (no package index) — then, for m = 10, 50, 100 clients per
-round, runs each framework twice in a fresh process and keeps the faster median (rounds 2–6).
-Appends the table, with the machine and versions, to ``benchmarks/RESULTS.md``.
-Flower is not measured yet (issue: engine speed against peers).
+Creates ``.bench/venv-pfl`` (pfl 0.6.0) and ``.bench/venv-flower`` (flwr[simulation] 1.41.0: 1.42
+needs a newer certifi than the index serves), each with this machine's torch, on first use —
+skipped with a message when one cannot be installed (no package index) — then, for m = 10, 50,
+100 clients per round, runs each framework (Flower at its default of 2 CPUs per client and at 1,
+its best here) twice in a fresh process and keeps the faster median (rounds 2–6). Appends the
+table, with the machine and versions, to ``benchmarks/RESULTS.md``.
 """
 from __future__ import annotations
 
@@ -20,7 +22,11 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-PEERS = {"pfl": ("pfl[pytorch]==0.6.0", "pfl")}
+#: peer → (requirement, distribution, the settings ``peers.py`` runs it with)
+PEERS = {"pfl": ("pfl[pytorch]==0.6.0", "pfl", ("pfl",)),
+         "flower": ("flwr[simulation]==1.41.0", "flwr", ("flower-2", "flower-1"))}
+#: what a setting is called in the table
+LABELS = {"flower-2": "flower (default: 2 CPUs per client)", "flower-1": "flower (1 CPU per client)"}
 
 
 def _venv(name: str, requirement: str) -> Path | None:
@@ -52,16 +58,17 @@ def main():
     data = ROOT / ".bench" / "peers.npz"
     data.parent.mkdir(exist_ok=True)
     subprocess.run([sys.executable, str(HERE / "peers.py"), "prepare", str(data)], check=True)
-    pythons = {"dpfl": sys.executable}
-    for name, (requirement, _) in PEERS.items():
+    pythons, settings = {"dpfl": sys.executable}, {"dpfl": sys.executable}
+    for name, (requirement, _, runs) in PEERS.items():
         found = _venv(name, requirement)
         if found is not None:
             pythons[name] = found
+            settings.update({run: found for run in runs})
     rows = []
     for m in (10, 50, 100):
-        results = {name: _measure(python, name, data, m) for name, python in pythons.items()}
+        results = {name: _measure(python, name, data, m) for name, python in settings.items()}
         for name, r in results.items():
-            rows.append({"clients per round": m, "framework": name, "s/round": r["s_per_round"],
+            rows.append({"clients per round": m, "framework": LABELS.get(name, name), "s/round": r["s_per_round"],
                          "dpfl speed-up": r["s_per_round"] / results["dpfl"]["s_per_round"],
                          "peak RSS (MiB)": r["peak_rss_mib"], "accuracy after 6 rounds": r["accuracy"]})
     table = pd.DataFrame(rows)
@@ -73,8 +80,10 @@ def main():
             "per process. Workload (`benchmarks/peers.py`): Geyer's MLP without biases, MNIST label shards, K = 100 clients "
             "of 600, one local epoch of 10 batches of 60, SGD 0.1, whole-model clipping S = 1, noise multiplier 1, m "
             "clients without replacement; the faster of two runs' median s/round (rounds 2–6). dpfl evaluates the global "
-            "model every round and accounts two ways (RDP guarantee and Geyer's code's); pfl here does neither. "
-            "\"dpfl speed-up\" is the framework's s/round over dpfl's (> 1: dpfl is faster). Flower: not measured yet.\n\n"
+            "model every round and accounts two ways (RDP guarantee and Geyer's code's); pfl and Flower do neither. Flower: "
+            "its simulation runtime (Ray), FedAvg wrapped in DifferentialPrivacyServerSideFixedClipping, each worker "
+            "loading the data once; its peak RSS sums the driver and every Ray process. \"dpfl speed-up\" is the "
+            "framework's s/round over dpfl's (> 1: dpfl is faster).\n\n"
             + table.to_markdown(index=False, floatfmt=".3g") + "\n")
     print(text)
     with open(HERE / "RESULTS.md", "a") as fh:

@@ -76,14 +76,17 @@ class FedHDP(Algorithm):
     """The algorithm's state (global model, every client's personal model, each group's clip bound)
     and its round; run it with :func:`dpfl.federated.loop.run` (one row per round).
     ``groups``: each client's privacy group (0, 1, …); ``server_test``: (x, y) of the server test
-    set for ``acc_g`` (default: the union of the clients' test sets)."""
+    set for ``acc_g`` (default: the union of the clients' test sets); ``cohorts``: each client's
+    cohort in the metrics ``acc_g_<c>``, ``acc_l_<c>`` (default: its group) — the baselines that put
+    every client in one group (DP-FedAvg, Non-Private) still report the clients who would opt out."""
 
     progress_metric = "acc_g"
 
-    def __init__(self, model: Model, cfg: FedHDPConfig, groups, server_test=None):
+    def __init__(self, model: Model, cfg: FedHDPConfig, groups, server_test=None, cohorts=None):
         super().__init__(model, cfg)
         self.server_test = server_test
         self.groups = np.asarray(groups, dtype=np.int64)
+        self.cohorts = self.groups if cohorts is None else np.asarray(cohorts, dtype=np.int64)
         self.L = len(cfg.noise_multipliers)
 
     def setup(self, fd: FederatedDataset, device: str) -> None:
@@ -91,6 +94,8 @@ class FedHDP(Algorithm):
         cfg, K, L, groups = self.cfg, fd.num_clients, self.L, self.groups
         if groups.shape != (K,) or groups.min() < 0 or groups.max() >= L:
             raise ValueError(f"groups must give each of the {K} clients a group in 0..{L - 1}")
+        if self.cohorts.shape != (K,) or self.cohorts.min() < 0:
+            raise ValueError(f"cohorts must give each of the {K} clients a cohort 0, 1, …")
         expected = [cfg.sampler.rate(K) * int((groups == l).sum()) for l in range(L)]
         self.count_std = [cfg.count_noise_frac * max(e, 1e-9) for e in expected]
         self.z_update = [server.effective_noise_multiplier(z, s) if z > 0 else 0.0
@@ -103,7 +108,7 @@ class FedHDP(Algorithm):
             self.server_x, self.server_y = fd.test_x[self.used], fd.test_y[self.used]
         else:
             self.server_x, self.server_y = (v.to(device) for v in self.server_test)
-        self.members = [torch.as_tensor(groups == l, device=device) for l in range(L)]
+        self.members = [torch.as_tensor(self.cohorts == c, device=device) for c in range(self.cohorts.max() + 1)]
 
     def accountants(self) -> list[Privacy]:
         delta = self.cfg.delta
@@ -166,7 +171,7 @@ class FedHDP(Algorithm):
         for l, members in enumerate(self.members):
             row[f"acc_g_{l}"] = float(acc_g[members].mean())
             row[f"acc_l_{l}"] = float(acc_l[members].mean()) if personal else np.nan
-        if self.L >= 2:
+        if len(self.members) >= 2:
             row["delta_g"] = row["acc_g_0"] - row["acc_g_1"]
             row["delta_l"] = row["acc_l_0"] - row["acc_l_1"]
         return row

@@ -12,14 +12,9 @@ __all__ = ["fedavg", "elastic", "clip_updates", "median_bounds", "gaussian_mean"
            "adaptive_clip", "effective_noise_multiplier"]
 
 
-def fedavg(local: dict, weights=None) -> dict:
-    """Mean of the client models (weighted by ``weights`` when given): McMahan et al.'s FedAvg."""
-    if weights is None:
-        return {k: v.mean(dim=0) for k, v in local.items()}
-    first = next(iter(local.values()))
-    w = torch.as_tensor(weights, dtype=first.dtype, device=first.device)
-    w = w / w.sum()
-    return {k: torch.einsum("m,m...->...", w, v) for k, v in local.items()}
+def fedavg(local: dict) -> dict:
+    """Mean of the client models: McMahan et al.'s FedAvg."""
+    return {k: v.mean(dim=0) for k, v in local.items()}
 
 
 def elastic(global_: dict, local: dict, selected, alpha: float, eta: float = 1.0):
@@ -32,15 +27,11 @@ def elastic(global_: dict, local: dict, selected, alpha: float, eta: float = 1.0
     checks.in_range("alpha", alpha, 0, 1)
     checks.in_range("eta", eta, 0, 1)
     idx = torch.as_tensor(selected, dtype=torch.long, device=next(iter(local.values())).device)
-    mean = fedavg({k: v[idx] for k, v in local.items()})
+    chosen = {k: v[idx] for k, v in local.items()}
+    mean = fedavg(chosen)
     new_global = {k: (1 - eta) * global_[k] + eta * mean[k] for k in global_}
-    helpers = interpolate({k: v[idx] for k, v in local.items()}, new_global, alpha)
-    new_local = {}
-    for k, v in local.items():
-        moved = v.clone()
-        moved[idx] = helpers[k]
-        new_local[k] = moved
-    return new_global, new_local
+    helpers = interpolate(chosen, new_global, alpha)
+    return new_global, {k: v.index_copy(0, idx, helpers[k]) for k, v in local.items()}
 
 
 def clip_updates(updates: dict, bound, *, per_layer: bool = False):

@@ -1,0 +1,369 @@
+"""Aldaghri, Mahdavifar & Beirami (FedHDP, arXiv:2110.15252), part 2: the federated-learning
+experiments of §5 (Tables 2–3 and the appendix's extended tables; docs/aldaghri_fedhdp.md §4).
+
+Every table cell of the paper was lost; what survives (docs/aldaghri_fedhdp.md §1,
+§4) is Table 7's hyper-parameters, 5 % of clients opting out of DP, the
+metric definitions and the abstract's two headline numbers. What is not recoverable gets a stated
+default here (:data:`SETTINGS`), and the two FEMNIST-based datasets are **stand-ins** (the LEAF
+105-writer subset instead of TFF's 3 383 / 3 400 writers) unless TFF's files are present.
+
+The four algorithms are one engine, :class:`dpfl.federated.fedhdp.FedHDP`, configured as the paper
+describes them (:data:`ALGORITHMS`); one run is a cached :class:`FedHDPRun`. Selection follows the
+paper: r, λ_np, λ_p by grid search on a validation split of every client's training data
+(:func:`select`), then the selected configuration trained again and evaluated on the test sets over
+several seeds (:func:`final_runs`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+
+from dpfl import checks
+from dpfl.data import load_dataset, partition
+from dpfl.data.federated import FederatedDataset
+from dpfl.experiments.runner import TrainingRun
+from dpfl.federated.fedhdp import FedHDP, FedHDPConfig
+from dpfl.federated.local import LocalConfig
+from dpfl.federated.sampling import PoissonClients
+from dpfl.federated.schedule import LearningRate
+from dpfl.models import FEMNIST_CNN, fedhdp_mlp
+
+__all__ = ["OPT_OUT", "SKEWED_DIGIT", "TABLE7", "HEADLINES", "DATASETS", "ALGORITHMS", "SETTINGS", "Federation",
+           "federation", "FedHDPRun", "outcome", "validation_grid", "select", "final_runs", "summary", "headlines"]
+
+#: The fraction of clients who opt out of DP in every experiment (§5.2)
+OPT_OUT = 0.05
+#: The digit every opting-out client holds in the skewed non-IID MNIST split: the paper's digit was
+#: lost (NOT RECOVERABLE); ours
+SKEWED_DIGIT = 7
+#: Table 7, per dataset: batch size, local epochs, client lr (and its decay), Ditto's lr, the clip
+#: bound's lr and target quantile, the effective noise multiplier (row labels partly inferred)
+TABLE7 = {
+    "mnist": dict(batch=20, epochs=25, lr=0.5, decay=(0.9, 50), personal_lr=0.5, clip_lr=0.2, quantile=0.5, z=1.5),
+    "fmnist": dict(batch=20, epochs=50, lr=0.01, decay=None, personal_lr=0.5, clip_lr=0.2, quantile=0.5, z=4.0),
+    "femnist": dict(batch=20, epochs=25, lr=0.02, decay=None, personal_lr=2.0, clip_lr=0.2, quantile=0.5, z=1.0),
+}
+#: The abstract's numbers (percentage points): FedHDP's largest gain in global accuracy over
+#: DP-FedAvg+Ditto, and the largest gap Δ_l in personalised accuracy (non-private − private)
+HEADLINES = {"gain": 9.27, "gap": 3.49}
+#: dataset → (Table 7's column, whether it is built from the LEAF FEMNIST subset)
+DATASETS = {"noniid_mnist": "mnist", "skewed_mnist": "mnist", "fmnist": "fmnist", "femnist": "femnist"}
+#: The paper's rows: name → how FedHDP is configured (one group for the two baselines that treat
+#: every client alike; r = 1 is HDP-FedAvg)
+ALGORITHMS = ("Non-Private+Ditto", "DP-FedAvg+Ditto", "HDP-FedAvg+Ditto", "FedHDP")
+
+#: Per profile. ``mnist``: clients K, images per client (of which ``validation`` held out), local
+#: test images, clients' rate q per round; ``femnist``: q and the least training images a writer
+#: needs; ``rounds``, ``epochs`` (None: Table 7's) per dataset; ``lams`` Ditto's λ grid, ``rs`` FedHDP's
+#: r grid (r = 1 is HDP-FedAvg's row); ``seeds`` of the final runs. Sizes were lost; K = 500 clients of
+#: 100 one-digit images (50 per digit: the most a digit's 5 421 images allow in the skewed split) is ours.
+SETTINGS = {
+    "smoke": dict(datasets=("noniid_mnist",), mnist=dict(clients=100, samples=40, validation=10, test=20, q=0.2),
+                  femnist=dict(q=0.3, least=40), rounds=3, epochs=1, lams=(0.5,), rs=(0.0, 0.5), seeds=(0, 1)),
+    "quick": dict(datasets=("noniid_mnist", "skewed_mnist", "fmnist"),
+                  mnist=dict(clients=500, samples=100, validation=20, test=50, q=0.1),
+                  femnist=dict(q=0.3, least=40), rounds=40, epochs=2, lams=(0.1, 1.0), rs=(0.0, 0.25, 0.5),
+                  seeds=(0, 1, 2)),
+    "paper": dict(datasets=tuple(DATASETS), mnist=dict(clients=500, samples=100, validation=20, test=50, q=0.1),
+                  femnist=dict(q=0.3, least=40), rounds=200, epochs=None, lams=(0.05, 0.2, 1.0),
+                  rs=(0.0, 0.1, 0.25, 0.5, 0.75), seeds=(0, 1, 2)),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Federation:
+    """A dataset as FedHDP sees it: the clients' data, each client's cohort (0: opts out of DP, 1:
+    private), the server's test set (None: the union of the clients' test sets) and the model."""
+
+    data: FederatedDataset
+    cohorts: np.ndarray
+    server_test: tuple | None
+    model: object
+    source: str
+
+
+def federation(dataset: str, evaluation: str, *, data_seed: int = 0, data_dir=None, clients: int = 500,
+               samples: int = 100, validation: int = 20, test: int = 50, least: int = 40) -> Federation:
+    """The clients of ``dataset`` with their local evaluation sets: ``evaluation="validation"`` (each
+    client's ``validation`` images held out of its training data; the server's set is their union) or
+    ``"test"`` (MNIST: ``test`` images of the client's digit from the MNIST test set, the server's set
+    the whole test set; FEMNIST: each writer's test split, the server's set their union).
+
+    non-IID MNIST (§5.1): ``clients`` clients of ``samples`` images of one digit; 5 % chosen at random
+    opt out; skewed: the opting-out clients all hold :data:`SKEWED_DIGIT`. ``fmnist``/``femnist``: one
+    client per writer with at least ``least`` training images (digits only for ``fmnist``)."""
+    checks.one_of("dataset", dataset, tuple(DATASETS))
+    checks.one_of("evaluation", evaluation, ("validation", "test"))
+    rng = np.random.default_rng(np.random.SeedSequence([int(data_seed), 2110, 15252]))
+    if DATASETS[dataset] == "mnist":
+        return _mnist(dataset == "skewed_mnist", evaluation, rng, data_dir, clients, samples, validation, test)
+    return _writers(dataset, evaluation, rng, data_dir, least)
+
+
+def _opt_outs(num_clients: int, rng) -> np.ndarray:
+    cohorts = np.ones(num_clients, dtype=np.int64)
+    cohorts[rng.choice(num_clients, size=max(1, round(OPT_OUT * num_clients)), replace=False)] = 0
+    return cohorts
+
+
+def _hold_out(clients: list, size, rng) -> tuple[list, list]:
+    """Each client's indices split at random into (training, ``size`` held out); ``size`` a number or a
+    fraction."""
+    fit, held = [], []
+    for ix in clients:
+        ix = rng.permutation(ix)
+        k = size if isinstance(size, int) else max(1, int(round(size * ix.size)))
+        fit.append(np.sort(ix[k:]))
+        held.append(np.sort(ix[:k]))
+    return fit, held
+
+
+def _mnist(skewed, evaluation, rng, data_dir, clients, samples, validation, test) -> Federation:
+    train, test_set = load_dataset("mnist", "train", data_dir), load_dataset("mnist", "test", data_dir)
+    labels = train.y.numpy()
+    cohorts = _opt_outs(clients, rng)
+    if skewed:
+        parts = partition.skewed(labels, clients, samples, np.flatnonzero(cohorts == 0), SKEWED_DIGIT, rng)
+    else:
+        parts = partition.one_label(labels, clients, samples, rng)
+    fit, held = _hold_out(parts, validation, rng)
+    if evaluation == "validation":
+        fd = FederatedDataset.from_partition(train, train, fit, held)
+        return Federation(fd, cohorts, None, fedhdp_mlp(), train.source)
+    tests = partition.test_sets_like(labels, test_set.y.numpy(), fit, test, rng)
+    fd = FederatedDataset.from_partition(train, test_set, fit, tests)
+    return Federation(fd, cohorts, (fd.test_x, fd.test_y), fedhdp_mlp(), train.source)
+
+
+def _writers(dataset, evaluation, rng, data_dir, least) -> Federation:
+    train, test_set = load_dataset("femnist", "train", data_dir), load_dataset("femnist", "test", data_dir)
+    keep = (lambda y: y < 10) if dataset == "fmnist" else (lambda y: np.ones_like(y, dtype=bool))
+    y_train, y_test = train.y.numpy(), test_set.y.numpy()
+    fit = [ix[keep(y_train[ix])] for ix in partition.by_writer(train.writer.numpy())]
+    tests = [ix[keep(y_test[ix])] for ix in partition.by_writer(test_set.writer.numpy())]
+    enough = [k for k, (f, t) in enumerate(zip(fit, tests)) if f.size >= least and t.size > 0]
+    fit, tests = [fit[k] for k in enough], [tests[k] for k in enough]
+    cohorts = _opt_outs(len(fit), rng)
+    fit, held = _hold_out(fit, 0.2, rng)
+    model = fedhdp_mlp() if dataset == "fmnist" else FEMNIST_CNN
+    source = f"{train.source}{', digits only' if dataset == 'fmnist' else ''}, {len(fit)} writers"
+    if evaluation == "validation":
+        return Federation(FederatedDataset.from_partition(train, train, fit, held), cohorts, None, model, source)
+    return Federation(FederatedDataset.from_partition(train, test_set, fit, tests), cohorts, None, model, source)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FedHDPRun(TrainingRun):
+    """One run of §5: ``algorithm`` (one of :data:`ALGORITHMS`; ``r`` only for FedHDP, where r = 1 is
+    HDP-FedAvg's aggregation) on ``dataset`` with Ditto's ``lam_np``, ``lam_p``, evaluated on the
+    ``evaluation`` sets. ``rounds``; ``epochs`` (None: Table 7's); ``z`` (None: Table 7's effective
+    noise multiplier); ``q``: each client's probability of taking part in a round (Poisson);
+    ``data``: :func:`federation`'s size arguments; ``seed`` of the training, ``data_seed`` of the split."""
+
+    code_version: ClassVar[int] = 1
+
+    dataset: str
+    algorithm: str
+    lam_np: float
+    lam_p: float
+    r: float = 1.0
+    rounds: int = 200
+    epochs: int | None = None
+    z: float | None = None
+    q: float = 0.1
+    delta: float = 1e-5
+    evaluation: str = "validation"
+    data: tuple = ()
+    seed: int = 0
+    data_seed: int = 0
+
+    def __post_init__(self):
+        checks.one_of("dataset", self.dataset, tuple(DATASETS))
+        checks.one_of("algorithm", self.algorithm, ALGORITHMS)
+        checks.nonnegative("lam_np", self.lam_np)
+        checks.nonnegative("lam_p", self.lam_p)
+        checks.in_range("r", self.r, 0, 1)
+        if self.algorithm != "FedHDP" and self.r != 1.0:
+            raise ValueError(f"r applies to FedHDP only; {self.algorithm} aggregates uniformly (r = 1)")
+        checks.positive_int("rounds", self.rounds)
+        if self.epochs is not None:
+            checks.positive_int("epochs", self.epochs)
+        if self.z is not None:
+            checks.positive("z", self.z)
+        checks.in_range("q", self.q, 0, 1, lo_open=True)
+        checks.one_of("evaluation", self.evaluation, ("validation", "test"))
+
+    @property
+    def label(self) -> str:
+        r = f" r={self.r:g}" if self.algorithm == "FedHDP" else ""
+        return f"{self.dataset} {self.algorithm}{r} λ=({self.lam_np:g}, {self.lam_p:g}) {self.evaluation} seed={self.seed}"
+
+    def federation(self) -> Federation:
+        return federation(self.dataset, self.evaluation, data_seed=self.data_seed, data_dir=self.data_dir,
+                          **dict(self.data))
+
+    def algorithm_for(self, fed: Federation) -> FedHDP:
+        """FedHDP configured as ``self.algorithm`` (the groups of its mechanisms; metrics by cohort)."""
+        t7 = TABLE7[DATASETS[self.dataset]]
+        z = self.z if self.z is not None else t7["z"]
+        cohorts, K = fed.cohorts, len(fed.cohorts)
+        if self.algorithm == "Non-Private+Ditto":          # one group, no noise
+            groups, zs, ratios, lams = np.zeros(K, dtype=np.int64), (0.0,), (1.0,), (self.lam_np,)
+        elif self.algorithm == "DP-FedAvg+Ditto":          # one group, everyone private
+            groups, zs, ratios, lams = np.zeros(K, dtype=np.int64), (z,), (1.0,), (self.lam_p,)
+        else:                                             # the opting-out clients' group adds no noise
+            groups, zs, ratios, lams = cohorts, (0.0, z), (1.0, self.r), (self.lam_np, self.lam_p)
+        expected_private = self.q * int((cohorts == 1).sum())
+        n_min = int(fed.data.client_sizes.min())
+        steps = (self.epochs or t7["epochs"]) * max(1, n_min // t7["batch"])
+        decay = LearningRate(*t7["decay"], per="round") if t7["decay"] else LearningRate()
+        cfg = FedHDPConfig(
+            rounds=self.rounds, batch_size=min(t7["batch"], n_min), local_steps=steps, sampler=PoissonClients(self.q),
+            local=LocalConfig(optimizer="sgd", lr=t7["lr"]), lr_schedule=decay, seed=self.seed,
+            clip_init=0.1, target_quantile=t7["quantile"], clip_lr=t7["clip_lr"],
+            noise_multipliers=zs, ratios=ratios, lams=lams, personal_lr=t7["personal_lr"],
+            count_noise_frac=max(0.05, z / max(expected_private, 1e-9)), delta=self.delta,
+            eval_every=max(1, self.rounds // 10))
+        return FedHDP(fed.model, cfg, groups, server_test=fed.server_test, cohorts=cohorts)
+
+    def compute(self) -> pd.DataFrame:
+        """Train; one row per round (:class:`~dpfl.federated.fedhdp.FedHDP`)."""
+        fed = self.federation()
+        return self.train(self.algorithm_for(fed), fed.data)
+
+
+def outcome(run: FedHDPRun, metrics: pd.DataFrame) -> dict:
+    """The paper's metrics of a run's final model (percent): Acc_g, Acc_g,np, Acc_g,p, Acc_l,np, Acc_l,p,
+    Δ_g, Δ_l, and ε at δ of the private clients (the group whose mechanism adds noise; none without)."""
+    last = metrics.iloc[-1]
+    eps = [c for c in metrics.columns if c.startswith("eps_")]
+    return {"dataset": run.dataset, "algorithm": run.algorithm, "r": run.r if run.algorithm == "FedHDP" else np.nan,
+            "lam_np": run.lam_np, "lam_p": run.lam_p, "seed": run.seed, "evaluation": run.evaluation,
+            "rounds": int(last["round"]),
+            **{name: 100 * float(last[col]) for name, col in (
+                ("Acc_g", "acc_g"), ("Acc_g,np", "acc_g_0"), ("Acc_g,p", "acc_g_1"), ("Acc_l,np", "acc_l_0"),
+                ("Acc_l,p", "acc_l_1"), ("Δ_g", "delta_g"), ("Δ_l", "delta_l"))},
+            "ε_p": float(last[eps[-1]]) if eps else np.nan, "δ": run.delta if eps else np.nan}
+
+
+def _common(profile: str, dataset: str, **placement) -> dict:
+    s = SETTINGS[profile]
+    sizes = dict(s["mnist"] if DATASETS[dataset] == "mnist" else s["femnist"])
+    q = sizes.pop("q")
+    size = sizes if DATASETS[dataset] == "mnist" else {"least": sizes["least"]}
+    return dict(dataset=dataset, rounds=s["rounds"], epochs=s["epochs"], q=q, data=tuple(sorted(size.items())),
+                **placement)
+
+
+def validation_grid(profile: str, *, seed: int = 0, **placement) -> list[FedHDPRun]:
+    """Every run of the grid search on the validation sets (training seed 0, the split's ``seed``):
+    per dataset, each algorithm at
+    every λ of the grid (λ_np = λ_p: Ditto's λ of a cohort changes only that cohort's personal models,
+    so one run per λ scores it for both cohorts) and FedHDP at every r of the grid."""
+    s = SETTINGS[checks.one_of("profile", profile, tuple(SETTINGS))]
+    out = []
+    for dataset in s["datasets"]:
+        common = _common(profile, dataset, data_seed=seed, **placement)
+        for lam in s["lams"]:
+            for algorithm in ALGORITHMS[:3]:
+                out.append(FedHDPRun(algorithm=algorithm, lam_np=lam, lam_p=lam, **common))
+            out += [FedHDPRun(algorithm="FedHDP", r=r, lam_np=lam, lam_p=lam, **common) for r in s["rs"]]
+    return out
+
+
+def select(outcomes: pd.DataFrame) -> pd.DataFrame:
+    """The paper's selection on the validation sets, per dataset and algorithm: r by the global
+    model's accuracy Acc_g (FedHDP; r = 1 is HDP-FedAvg's row, kept apart), then λ_np by the opting-out
+    clients' personalised accuracy Acc_l,np and λ_p by the private clients' Acc_l,p at that r. The
+    one-group baselines have one λ: the best personalised accuracy over all clients."""
+    rows = []
+    for (dataset, algorithm), runs_ in outcomes.groupby(["dataset", "algorithm"], sort=False):
+        if algorithm == "FedHDP":
+            r = runs_.groupby("r")["Acc_g"].mean().idxmax()
+            runs_ = runs_[runs_.r == r]
+        lam_np = runs_.loc[runs_["Acc_l,np"].idxmax(), "lam_np"]
+        lam_p = runs_.loc[runs_["Acc_l,p"].idxmax(), "lam_p"]
+        if algorithm in ALGORITHMS[:2]:
+            overall = OPT_OUT * runs_["Acc_l,np"] + (1 - OPT_OUT) * runs_["Acc_l,p"]
+            lam_np = lam_p = runs_.loc[overall.idxmax(), "lam_np"]
+        rows.append({"dataset": dataset, "algorithm": algorithm, "r": runs_.r.iloc[0], "lam_np": lam_np,
+                     "lam_p": lam_p, "validation Acc_g": runs_["Acc_g"].max()})
+    return pd.DataFrame(rows)
+
+
+def final_runs(selected: pd.DataFrame, profile: str, *, seed: int = 0, **placement) -> list[FedHDPRun]:
+    """The selected configurations trained again and evaluated on the test sets, at every training seed
+    of the profile (the split's ``seed``)."""
+    out = []
+    for row in selected.itertuples():
+        r = {"r": float(row.r)} if row.algorithm == "FedHDP" else {}
+        out += [FedHDPRun(algorithm=row.algorithm, lam_np=float(row.lam_np), lam_p=float(row.lam_p), evaluation="test",
+                          seed=training, **r, **_common(profile, row.dataset, data_seed=seed, **placement))
+                for training in SETTINGS[profile]["seeds"]]
+    return out
+
+
+def summary(outcomes: pd.DataFrame) -> pd.DataFrame:
+    """Tables 2–3's shape: per dataset and algorithm, each metric's mean over seeds ± its standard error."""
+    metrics = ["Acc_g", "Acc_g,np", "Acc_g,p", "Acc_l,np", "Acc_l,p", "Δ_g", "Δ_l", "ε_p"]
+    rows = []
+    for (dataset, algorithm), g in outcomes.groupby(["dataset", "algorithm"], sort=False):
+        row = {"dataset": dataset, "algorithm": algorithm, "r": g.r.iloc[0], "λ_np": g.lam_np.iloc[0],
+               "λ_p": g.lam_p.iloc[0], "seeds": len(g)}
+        for m in metrics:
+            row[m] = g[m].mean()
+            row[f"{m} s.e."] = g[m].std(ddof=1) / np.sqrt(len(g)) if len(g) > 1 else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def headlines(outcomes: pd.DataFrame) -> pd.DataFrame:
+    """The abstract's two comparisons per dataset, paired by seed (mean ± s.e. over seeds, percentage
+    points): FedHDP's Acc_g gain over DP-FedAvg+Ditto, and FedHDP's Δ_l = Acc_l,np − Acc_l,p."""
+    rows = []
+    for dataset, g in outcomes.groupby("dataset", sort=False):
+        by = g.set_index(["algorithm", "seed"])
+        gain = (by.loc["FedHDP", "Acc_g"] - by.loc["DP-FedAvg+Ditto", "Acc_g"]).dropna()
+        gap = by.loc["FedHDP", "Δ_l"].dropna()
+        for name, values, paper in (("gain", gain, HEADLINES["gain"]), ("gap", gap, HEADLINES["gap"])):
+            se = values.std(ddof=1) / np.sqrt(len(values)) if len(values) > 1 else np.nan
+            rows.append({"dataset": dataset, "comparison": name, "ours": values.mean(), "s.e.": se,
+                         "paper (up to)": paper, "seeds": len(values)})
+    return pd.DataFrame(rows)
+
+
+def profile_here(profile: str, cached, *, cuda: bool, **placement) -> str:
+    """The profile section 6 runs at: ``profile``, except ``paper`` without a GPU when its runs are not
+    all in the cache (``cached(config) -> bool``): then ``quick`` (its paper grid is hours of CPU
+    time per dataset; ``benchmarks/GPU_QUEUE.md``)."""
+    if profile != "paper" or cuda:
+        return profile
+    grid = validation_grid(profile, **placement)
+    if not all(cached(c) for c in grid):
+        return "quick"
+    return profile
+
+
+def main(argv=None) -> int:
+    """Compute the validation grid into a cache within a time budget (``dpfl.experiments.runner``); the
+    final runs (a tenth of the work, chosen from the grid's results) are trained by the notebook:
+
+        python -m dpfl.experiments.aldaghri_fedhdp_fl --profile paper --device cuda --budget 540 \\
+            --only noniid_mnist --whole-runs --bundle $OUT/fedhdp.tar.gz
+    """
+    from dpfl.experiments import runner
+
+    return runner.main("dpfl.experiments.aldaghri_fedhdp_fl", validation_grid, lambda c: c.label, SETTINGS,
+                       "figures/aldaghri_fedhdp/cache", argv)
+
+
+if __name__ == "__main__":
+    import sys
+
+    # the imported module's main: a config's cache key names its class's module (see geyer2017)
+    from dpfl.experiments import aldaghri_fedhdp_fl as module
+
+    sys.exit(module.main())

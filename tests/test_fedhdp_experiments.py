@@ -1,0 +1,124 @@
+"""FedHDP's experiments (experiments.aldaghri_fedhdp_fl): the datasets as §5.1 describes them, the four
+rows as configurations of one engine, the paper's selection rule and the paired headline comparisons."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpfl.experiments import aldaghri_fedhdp_fl as fl
+from dpfl.federated.loop import run
+
+SMALL = dict(clients=100, samples=40, validation=10, test=20)
+
+
+@pytest.fixture(scope="module")
+def noniid():
+    return {e: fl.federation("noniid_mnist", e, **SMALL) for e in ("validation", "test")}
+
+
+def test_noniid_mnist_clients_hold_one_digit_and_five_percent_opt_out(noniid):
+    fed = noniid["test"]
+    fd = fed.data
+    assert (fed.cohorts == 0).sum() == 5 and set(np.unique(fed.cohorts)) == {0, 1}
+    for k in range(fd.num_clients):
+        train_digits = np.unique(fd.train_y[fd.clients[k]].numpy())
+        assert train_digits.size == 1
+        assert set(np.unique(fd.test_y[fd.test_clients[k]].numpy())) == set(train_digits)   # MNIST test images of it
+        assert len(fd.clients[k]) == SMALL["samples"] - SMALL["validation"]
+    assert fed.server_test[0].shape[0] == 10_000                          # the whole MNIST test set
+
+
+def test_validation_is_held_out_of_training_and_the_same_clients_opt_out(noniid):
+    val, test = noniid["validation"], noniid["test"]
+    np.testing.assert_array_equal(val.cohorts, test.cohorts)
+    for k in range(val.data.num_clients):
+        fit, held = set(val.data.clients[k].tolist()), set(val.data.test_clients[k].tolist())
+        assert not fit & held and len(held) == SMALL["validation"]
+        assert fit == set(test.data.clients[k].tolist())                  # the same training images
+    assert val.server_test is None                                         # the union of the validation sets
+
+
+def test_skewed_split_gives_every_opting_out_client_the_chosen_digit():
+    fed = fl.federation("skewed_mnist", "validation", **SMALL)
+    digits = np.array([np.unique(fed.data.train_y[ix].numpy())[0] for ix in fed.data.clients])
+    assert (digits[fed.cohorts == 0] == fl.SKEWED_DIGIT).all()
+    assert (digits[fed.cohorts == 1] != fl.SKEWED_DIGIT).all()
+
+
+def test_writer_stand_ins_keep_digits_only_for_fmnist():
+    fed = fl.federation("fmnist", "test")
+    assert fed.data.train_y[np.concatenate(fed.data.clients)].max() < 10
+    assert "LEAF" in fed.source and "digits only" in fed.source
+    assert fed.data.client_sizes.min() >= 0.8 * 40 - 1
+
+
+def _run(algorithm, fed, **kw):
+    cfg = fl.FedHDPRun(dataset="noniid_mnist", algorithm=algorithm, lam_np=0.5, lam_p=0.5, rounds=2, epochs=1, q=0.3,
+                       data=tuple(sorted(SMALL.items())), progress=False, **kw)
+    return cfg, run(cfg.algorithm_for(fed), fed.data, progress=False)
+
+
+def test_fedhdp_at_r_equal_1_is_hdp_fedavg_bit_for_bit(noniid):
+    _, hdp = _run("HDP-FedAvg+Ditto", noniid["validation"])
+    _, fed1 = _run("FedHDP", noniid["validation"], r=1.0)
+    pd.testing.assert_frame_equal(hdp.drop(columns="seconds"), fed1.drop(columns="seconds"))
+
+
+def test_the_rows_configure_the_mechanisms_the_paper_describes(noniid):
+    fed = noniid["validation"]
+    dp = fl.FedHDPRun(dataset="noniid_mnist", algorithm="DP-FedAvg+Ditto", lam_np=0.1, lam_p=0.2).algorithm_for(fed)
+    assert dp.cfg.noise_multipliers == (1.5,) and (dp.groups == 0).all()          # one group, everyone private
+    assert dp.cfg.lams == (0.2,)
+    hdp = fl.FedHDPRun(dataset="noniid_mnist", algorithm="HDP-FedAvg+Ditto", lam_np=0.1, lam_p=0.2).algorithm_for(fed)
+    assert hdp.cfg.noise_multipliers == (0.0, 1.5) and hdp.cfg.ratios == (1.0, 1.0)
+    np.testing.assert_array_equal(hdp.groups, fed.cohorts)
+    fedhdp = fl.FedHDPRun(dataset="noniid_mnist", algorithm="FedHDP", r=0.25, lam_np=0.1, lam_p=0.2).algorithm_for(fed)
+    assert fedhdp.cfg.ratios == (1.0, 0.25) and fedhdp.cfg.lams == (0.1, 0.2)
+    nonp = fl.FedHDPRun(dataset="noniid_mnist", algorithm="Non-Private+Ditto", lam_np=0.1, lam_p=0.2).algorithm_for(fed)
+    assert nonp.cfg.noise_multipliers == (0.0,)
+
+
+def test_outcome_reports_each_cohort_and_the_private_clients_epsilon(noniid):
+    cfg, metrics = _run("DP-FedAvg+Ditto", noniid["validation"])
+    out = fl.outcome(cfg, metrics)
+    assert 0 <= out["Acc_g,np"] <= 100 and 0 <= out["Acc_g,p"] <= 100      # one group, two cohorts reported
+    assert out["Δ_l"] == pytest.approx(out["Acc_l,np"] - out["Acc_l,p"])
+    assert np.isfinite(out["ε_p"]) and out["ε_p"] > 0
+    cfg, metrics = _run("Non-Private+Ditto", noniid["validation"])
+    assert np.isnan(fl.outcome(cfg, metrics)["ε_p"])
+
+
+def test_bad_input_is_refused_before_any_work():
+    with pytest.raises(ValueError, match="r applies to FedHDP only"):
+        fl.FedHDPRun(dataset="noniid_mnist", algorithm="DP-FedAvg+Ditto", lam_np=0.1, lam_p=0.1, r=0.5)
+    with pytest.raises(ValueError, match="dataset"):
+        fl.FedHDPRun(dataset="cifar", algorithm="FedHDP", lam_np=0.1, lam_p=0.1)
+    with pytest.raises(ValueError, match="algorithm"):
+        fl.FedHDPRun(dataset="femnist", algorithm="FedAvg", lam_np=0.1, lam_p=0.1)
+
+
+def test_selection_picks_r_by_global_accuracy_then_each_cohorts_lambda():
+    rows = []
+    for r, acc_g in ((0.0, 60.0), (0.5, 70.0)):
+        for lam, np_acc, p_acc in ((0.1, 80.0, 50.0), (1.0, 75.0, 55.0)):
+            rows.append(dict(dataset="d", algorithm="FedHDP", r=r, lam_np=lam, lam_p=lam, **{
+                "Acc_g": acc_g, "Acc_l,np": np_acc + r, "Acc_l,p": p_acc}))
+    chosen = fl.select(pd.DataFrame(rows)).iloc[0]
+    assert (chosen.r, chosen.lam_np, chosen.lam_p) == (0.5, 0.1, 1.0)
+
+
+def test_headlines_pair_seeds_and_give_the_standard_error():
+    rows = [dict(dataset="d", algorithm=a, seed=s, Acc_g=g, **{"Δ_l": 1.0 + s})
+            for s, (g_dp, g_fed) in enumerate(((50.0, 53.0), (40.0, 45.0), (60.0, 61.0)))
+            for a, g in (("DP-FedAvg+Ditto", g_dp), ("FedHDP", g_fed))]
+    heads = fl.headlines(pd.DataFrame(rows)).set_index("comparison")
+    assert heads.loc["gain", "ours"] == pytest.approx(3.0)
+    assert heads.loc["gain", "s.e."] == pytest.approx(np.std([3.0, 5.0, 1.0], ddof=1) / np.sqrt(3))
+    assert heads.loc["gap", "ours"] == pytest.approx(2.0) and heads.loc["gain", "paper (up to)"] == 9.27
+
+
+def test_every_profile_builds_runs_whose_data_arguments_fit_the_datasets():
+    for profile in fl.SETTINGS:
+        for config in fl.validation_grid(profile):
+            assert set(dict(config.data)) <= {"clients", "samples", "validation", "test", "least"}
+    smoke = fl.validation_grid("smoke")[0]
+    assert smoke.federation().data.num_clients == fl.SETTINGS["smoke"]["mnist"]["clients"]
