@@ -150,9 +150,8 @@ def _writers(dataset, evaluation, rng, data_dir, least) -> Federation:
     fit, held = _hold_out(fit, 0.2, rng)
     model = fedhdp_mlp() if dataset == "fmnist" else FEMNIST_CNN
     source = f"{train.source}{', digits only' if dataset == 'fmnist' else ''}, {len(fit)} writers"
-    if evaluation == "validation":
-        return Federation(FederatedDataset.from_partition(train, train, fit, held), cohorts, None, model, source)
-    return Federation(FederatedDataset.from_partition(train, test_set, fit, tests), cohorts, None, model, source)
+    pool, local = (train, held) if evaluation == "validation" else (test_set, tests)
+    return Federation(FederatedDataset.from_partition(train, pool, fit, local), cohorts, None, model, source)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -252,9 +251,8 @@ def outcome(run: FedHDPRun, metrics: pd.DataFrame) -> dict:
 def _common(profile: str, dataset: str, **placement) -> dict:
     s = SETTINGS[profile]
     sizes = dict(s["mnist"] if DATASETS[dataset] == "mnist" else s["femnist"])
-    q = sizes.pop("q")
-    size = sizes if DATASETS[dataset] == "mnist" else {"least": sizes["least"]}
-    return dict(dataset=dataset, rounds=s["rounds"], epochs=s["epochs"], q=q, data=tuple(sorted(size.items())),
+    q = sizes.pop("q")                                   # the rest are federation()'s size arguments
+    return dict(dataset=dataset, rounds=s["rounds"], epochs=s["epochs"], q=q, data=tuple(sorted(sizes.items())),
                 **placement)
 
 
