@@ -1,12 +1,13 @@
-"""``make bench``, peer section: dpfl against pfl-research and Flower on ``benchmarks/peers.py``'s
-workload, in one run.
+"""``make bench``, peer section: dpfl against pfl-research and Flower on ``benchmarks/peers.py``'s two
+workloads, in one run.
 
-Creates ``.bench/venv-pfl`` (pfl 0.6.0) and ``.bench/venv-flower`` (flwr[simulation] 1.41.0: 1.42
-needs a newer certifi than the index serves), each with this machine's torch, on first use —
-skipped with a message when one cannot be installed (no package index) — then, for m = 10, 50,
-100 clients per round, runs each framework (Flower at its default of 2 CPUs per client and at 1,
-its best here) twice in a fresh process and keeps the faster median (rounds 2–6). Appends the
-table, with the machine and versions, to ``benchmarks/RESULTS.md``.
+Creates ``.bench/venv-pfl`` (pfl 0.6.0) and ``.bench/venv-flower`` (flwr[simulation] 1.41.0 — 1.42
+needs a newer certifi than the index serves — with opacus 1.6.0), each with this machine's torch, on
+first use — skipped with a message when one cannot be installed (no package index). Then the
+client-level workload at m = 10, 50, 100 clients per round (dpfl evaluating as the peers do and at its
+default, pfl, Flower at its default of 2 CPUs per client and at 1) and the record-level workload at
+m = 10 (dpfl, Flower with Opacus clients), each setting twice in a fresh process, the faster median
+kept. Appends both tables, with the machine and versions, to ``benchmarks/RESULTS.md``.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -22,69 +24,90 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-#: peer → (requirement, distribution, the settings ``peers.py`` runs it with)
-PEERS = {"pfl": ("pfl[pytorch]==0.6.0", "pfl", ("pfl",)),
-         "flower": ("flwr[simulation]==1.41.0", "flwr", ("flower-2", "flower-1"))}
+#: peer → (requirements, distribution, the settings ``peers.py`` runs it with)
+PEERS = {"pfl": (("pfl[pytorch]==0.6.0",), "pfl", ("pfl",)),
+         "flower": (("flwr[simulation]==1.41.0", "opacus==1.6.0"), "flwr", ("flower-2", "flower-1", "flower-records-1"))}
+#: the two workloads: the settings each runs at which cohort sizes, and what its table is called
+WORKLOADS = {
+    "client-level": (("dpfl", "dpfl-eval1", "pfl", "flower-2", "flower-1"), (10, 50, 100), "accuracy after 6 rounds"),
+    "record-level": (("dpfl-records", "flower-records-1"), (10,), "accuracy after 4 rounds"),
+}
 #: what a setting is called in the table
-LABELS = {"flower-2": "flower (default: 2 CPUs per client)", "flower-1": "flower (1 CPU per client)"}
+LABELS = {"dpfl": "dpfl (evaluates after the last round, as the peers here)",
+          "dpfl-eval1": "dpfl (evaluates every round: its default)",
+          "flower-2": "flower (default: 2 CPUs per client)", "flower-1": "flower (1 CPU per client)",
+          "dpfl-records": "dpfl (PriFedSync, α = η = 1)", "flower-records-1": "flower + opacus 1.6 (1 CPU per client)"}
+#: the setting every row of a workload is compared with
+BASELINE = {"client-level": "dpfl", "record-level": "dpfl-records"}
 
 
-def _venv(name: str, requirement: str) -> Path | None:
-    """The peer's interpreter, creating its environment on first use; None when it cannot be installed."""
+def _venv(name: str, requirements: tuple) -> Path | None:
+    """The peer's interpreter, creating its environment or completing it on first use; None when it
+    cannot be installed (pip finds what is already installed without a package index)."""
     venv = ROOT / ".bench" / f"venv-{name}"
     python = venv / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        pip = subprocess.run([str(python), "-m", "pip", "install", "-q", requirement, f"torch=={torch.__version__.split('+')[0]}"],
-                             capture_output=True, text=True)
-        if pip.returncode:
-            print(f"skipping {name}: pip could not install {requirement}:\n{pip.stderr[-600:]}")
-            subprocess.run(["rm", "-rf", str(venv)])
-            return None
+    pip = subprocess.run([str(python), "-m", "pip", "install", "-q", *requirements,
+                          f"torch=={torch.__version__.split('+')[0]}"], capture_output=True, text=True)
+    if pip.returncode:
+        print(f"skipping {name}: pip could not install {' '.join(requirements)}:\n{pip.stderr[-600:]}")
+        return None
     return python
 
 
-def _measure(python, framework: str, data: Path, m: int, repeat: int = 2) -> dict:
+def _measure(python, setting: str, data: Path, m: int, repeat: int = 2) -> dict:
     best = None
     for _ in range(repeat):
-        out = subprocess.run([str(python), str(HERE / "peers.py"), framework, str(data), str(m)], capture_output=True,
+        out = subprocess.run([str(python), str(HERE / "peers.py"), setting, str(data), str(m)], capture_output=True,
                              text=True, check=True, env={**os.environ, "PYTHONPATH": str(ROOT / "lib")})
         row = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
         best = row if best is None or row["s_per_round"] < best["s_per_round"] else best
     return best
 
 
+def _table(workload: str, settings: dict, data: Path) -> pd.DataFrame:
+    names, sizes, accuracy = WORKLOADS[workload]
+    rows = []
+    for m in sizes:
+        results = {name: _measure(settings[name], name, data, m) for name in names if name in settings}
+        base = results[BASELINE[workload]]["s_per_round"]
+        for name, r in results.items():
+            rows.append({"clients per round": m, "framework": LABELS.get(name, name), "s/round": r["s_per_round"],
+                         "dpfl speed-up": r["s_per_round"] / base, "peak RSS (MiB)": r["peak_rss_mib"],
+                         accuracy: r["accuracy"]})
+    return pd.DataFrame(rows)
+
+
 def main():
     data = ROOT / ".bench" / "peers.npz"
     data.parent.mkdir(exist_ok=True)
     subprocess.run([sys.executable, str(HERE / "peers.py"), "prepare", str(data)], check=True)
-    pythons, settings = {"dpfl": sys.executable}, {"dpfl": sys.executable}
-    for name, (requirement, _, runs) in PEERS.items():
-        found = _venv(name, requirement)
+    pythons = {}
+    settings = {"dpfl": sys.executable, "dpfl-eval1": sys.executable, "dpfl-records": sys.executable}
+    for name, (requirements, _, runs) in PEERS.items():
+        found = _venv(name, requirements)
         if found is not None:
             pythons[name] = found
             settings.update({run: found for run in runs})
-    rows = []
-    for m in (10, 50, 100):
-        results = {name: _measure(python, name, data, m) for name, python in settings.items()}
-        for name, r in results.items():
-            rows.append({"clients per round": m, "framework": LABELS.get(name, name), "s/round": r["s_per_round"],
-                         "dpfl speed-up": r["s_per_round"] / results["dpfl"]["s_per_round"],
-                         "peak RSS (MiB)": r["peak_rss_mib"], "accuracy after 6 rounds": r["accuracy"]})
-    table = pd.DataFrame(rows)
+    client, record = _table("client-level", settings, data), _table("record-level", settings, data)
     versions = {name: subprocess.run([str(p), "-c", f"import importlib.metadata as m; print(m.version('{PEERS[name][1]}'))"],
-                                     capture_output=True, text=True).stdout.strip() for name, p in pythons.items() if name != "dpfl"}
-    text = ("\n\n## Peers: one client-level DP-FedAvg round, dpfl vs "
-            + ", ".join(f"{k} {v}" for k, v in versions.items())
-            + f"\n\n{platform.processor() or platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads "
-            "per process. Workload (`benchmarks/peers.py`): Geyer's MLP without biases, MNIST label shards, K = 100 clients "
-            "of 600, one local epoch of 10 batches of 60, SGD 0.1, whole-model clipping S = 1, noise multiplier 1, m "
-            "clients without replacement; the faster of two runs' median s/round (rounds 2–6). dpfl evaluates the global "
-            "model every round and accounts two ways (RDP guarantee and Geyer's code's); pfl and Flower do neither. Flower: "
-            "its simulation runtime (Ray), FedAvg wrapped in DifferentialPrivacyServerSideFixedClipping, each worker "
-            "loading the data once; its peak RSS sums the driver and every Ray process. \"dpfl speed-up\" is the "
-            "framework's s/round over dpfl's (> 1: dpfl is faster).\n\n"
-            + table.to_markdown(index=False, floatfmt=".3g") + "\n")
+                                     capture_output=True, text=True).stdout.strip() for name, p in pythons.items()}
+    text = ("\n\n## Peers: dpfl vs " + ", ".join(f"{k} {v}" for k, v in versions.items())
+            + f" ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})"
+            + f"\n\n{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+            f"{torch.get_num_threads()} threads per process. \"dpfl speed-up\" is the row's s/round over dpfl's (> 1: dpfl "
+            "is faster); each s/round is the faster of two fresh processes' median over the rounds after the first.\n\n"
+            "**Client-level DP-FedAvg** (`benchmarks/peers.py`): Geyer's MLP without biases, MNIST label shards, K = 100 "
+            "clients of 600, one local epoch of 10 batches of 60, SGD 0.1, whole-model clipping S = 1, noise multiplier 1, "
+            "m clients without replacement, 6 rounds. dpfl also accounts two ways every round (the RDP guarantee); the "
+            "peers do not. Flower: its simulation runtime (Ray), FedAvg wrapped in DifferentialPrivacyServerSideFixedClipping, "
+            "each worker loading the data once; its peak RSS sums the driver and every Ray process.\n\n"
+            + client.to_markdown(index=False, floatfmt=".3g")
+            + "\n\n**Record-level DP-SGD in the clients**: Zheng's MnistCNN, per-sample clipping C = 1, noise multiplier 2, "
+            "batches of 16, 37 steps with Adam 1e-3, FedAvg of all m clients every round, 4 rounds, accuracy on 2000 test "
+            "images. Flower's clients run Opacus (a fresh Adam each round); dpfl's keep their Adam moments (Zheng's code).\n\n"
+            + record.to_markdown(index=False, floatfmt=".3g") + "\n")
     print(text)
     with open(HERE / "RESULTS.md", "a") as fh:
         fh.write(text)

@@ -72,6 +72,7 @@ CASES = {
     "ClientDPConfig target_eps=0": ("target_eps", lambda: _client_dp(target_eps=0)),
     "ClientDPConfig target_eps=-1": ("target_eps", lambda: _client_dp(target_eps=-1.0)),
     "ClientDPConfig seed=-1": ("seed", lambda: _client_dp(seed=-1)),
+    "ClientDPConfig eval_every=0": ("eval_every", lambda: _client_dp(eval_every=0)),
     "FedHDPConfig delta=0": ("delta", lambda: _fedhdp(delta=0)),
     "FedHDPConfig target_quantile=2": ("target_quantile", lambda: _fedhdp(target_quantile=2)),
     "LearningRate(0.9, 0)": ("lr schedule every", lambda: LearningRate(0.9, 0)),

@@ -169,6 +169,21 @@ def test_client_level_clipping_median_bounds_and_noise():
         server.clip_updates(updates, 0.0)
 
 
+@pytest.mark.parametrize("per_layer", [False, True])
+def test_clipping_in_place_gives_the_same_numbers_and_scales_the_input(per_layer):
+    make = lambda: {"a": torch.randn(20, 30, 7, generator=torch.Generator().manual_seed(3)) * 3,
+                    "b": torch.randn(20, 5, generator=torch.Generator().manual_seed(4))}
+    bound = {"a": 2.0, "b": 0.5} if per_layer else 1.5
+    copy, norms = server.clip_updates(make(), bound, per_layer=per_layer)
+    updates = make()
+    same, norms_in_place = server.clip_updates(updates, bound, per_layer=per_layer, inplace=True)
+    for k in copy:
+        assert torch.equal(copy[k], same[k]) and same[k] is updates[k]
+    torch.testing.assert_close(norms, norms_in_place, rtol=0, atol=0)
+    if not per_layer:       # the norms, computed a few clients at a time, equal one reduction over all
+        assert torch.equal(norms, torch.sqrt(sum(v.flatten(1).pow(2).sum(1) for v in make().values())))
+
+
 @pytest.mark.parametrize("q, sigmas, accumulations, budget, rounds", [
     (0.5, (1.75, 1.8), 3, 1e-3, (11, 11)),     # K = 100, m = 50 (docs/geyer2017.md §5)
     (0.5, (1.15, 1.2), 1, 1e-3, (10, 12)),

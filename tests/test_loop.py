@@ -1,5 +1,6 @@
 """dpfl.federated.loop: the one round loop of PriFedSync, client-level DP-FedAvg and FedHDP —
 checkpoint → kill → resume bit-identical, the deadline, time-based checkpoints, device placement."""
+import dataclasses
 import time
 
 import numpy as np
@@ -171,3 +172,32 @@ def test_a_whole_run_that_cannot_finish_is_given_up_after_its_first_round(tmp_pa
         _run("client_dp", rounds=100_000, checkpoint=ckpt, deadline=time.time() + 30, whole=True)
     assert len(torch.load(ckpt, weights_only=False)["rows"]) == 1
     assert len(_run("client_dp", rounds=3, checkpoint=ckpt, deadline=time.time() + 30, whole=True)) == 3
+
+
+#: each algorithm's columns that the loop's evaluation cadence (``eval_every``) governs
+EVALUATED = {"prifedsync": ["acc_local_all"], "client_dp": ["acc_global", "loss_global"],
+             "geyer": ["acc_global", "loss_global"], "fedhdp": ["acc_l_0", "acc_l_1", "delta_l"]}
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_eval_every_evaluates_on_its_rounds_and_the_last_and_changes_nothing_else(name):
+    every_round = _run(name, rounds=7)
+    cls, make = ALGORITHMS[name]
+    kwargs = make(7, 0)
+    kwargs["cfg"] = dataclasses.replace(kwargs["cfg"], eval_every=3)
+    sparse = loop.run(cls(GEYER_MLP, **kwargs), _data(), progress=False, device="cpu")
+    cols = EVALUATED[name]
+    assert sparse[cols[0]].notna().tolist() == [t in (3, 6, 7) for t in range(1, 8)]
+    evaluated = sparse[cols[0]].notna()
+    pd.testing.assert_frame_equal(sparse.loc[evaluated, cols], every_round.loc[evaluated, cols], check_exact=True)
+    rest = [c for c in every_round.columns if c not in cols and c != "seconds"]
+    pd.testing.assert_frame_equal(sparse[rest], every_round[rest], check_exact=True)
+
+
+def test_the_round_that_stops_a_run_is_evaluated():
+    cfg = ClientDPConfig(rounds=50, batch_size=8, local_steps=2, sampler=FixedClients(3), local=SGD, noise_multiplier=3.0,
+                         clip=1.0, per_layer=False, delta_budget=1e-3, eval_every=100)
+    rows = loop.run(ClientLevelDP(GEYER_MLP, cfg), _data(), progress=False)
+    assert rows.delta.iloc[-1] > 1e-3 >= rows.delta.iloc[-2]       # stopped by the budget, before round 50
+    assert len(rows) < 50
+    assert rows.acc_global.notna().tolist() == [False] * (len(rows) - 1) + [True]

@@ -119,7 +119,7 @@ class ClientDPConfig(ServerDPConfig):
 class ClientLevelDP(Algorithm):
     """The algorithm's state (global model, adaptive clip bound) and its round; run it with
     :func:`dpfl.federated.loop.run`, which gives one row per round: accuracy and loss of the global
-    model on every client's test set, δ at ``target_eps`` (:class:`ClientDPConfig`), clip bound,
+    model on every client's test set (every ``cfg.eval_every`` rounds), δ at ``target_eps`` (:class:`ClientDPConfig`), clip bound,
     mean update norm, and what :meth:`inspect` adds. A paper's reading of the same run (another
     accountant, another stopping rule, diagnostics of the updates) is a subclass: Geyer et al.'s is
     ``dpfl.experiments.geyer2017.GeyerDP``."""
@@ -167,14 +167,12 @@ class ClientLevelDP(Algorithm):
             bound = self.state["bound"]
         else:
             bound = math.inf if cfg.clip is None else cfg.clip       # None: nothing clipped
-        clipped, norms = server.clip_updates(updates, bound, per_layer=cfg.per_layer)
+        clipped, norms = server.clip_updates(updates, bound, per_layer=cfg.per_layer, inplace=True)
         step = server.gaussian_mean(clipped, bound, self.z, noise_gen)
         if cfg.clip == "adaptive":
             self.state["bound"] = cfg.next_bound(norms, bound, cfg.count_noise_std, noise_gen)
         self.state["global"] = {k: global_[k] + step[k] for k in global_}
-        acc, loss = self.evaluate_global(self.state["global"])
-        row = {"lr": lr, "acc_global": float(acc.mean()),
-               "loss_global": float(loss.mean()),
+        row = {"lr": lr,
                "mean_update_norm": float(torch.stack(list(norms.values())).mean()) if isinstance(norms, dict)
                else float(norms.mean()),
                "clip_bound": float(np.mean(list(bound.values()))) if isinstance(bound, dict) else float(bound),
@@ -182,6 +180,11 @@ class ClientLevelDP(Algorithm):
         if cfg.noise_multiplier == 0:
             row["delta"] = 1.0
         return row
+
+    def evaluate(self, r: Round) -> dict:
+        """The global model on every client's test set (every ``cfg.eval_every`` rounds)."""
+        acc, loss = self.evaluate_global(self.state["global"])
+        return {"acc_global": float(acc.mean()), "loss_global": float(loss.mean())}
 
     def stop(self, row: dict) -> bool:
         """δ has exceeded ``cfg.delta_budget``; this round's model is returned."""

@@ -51,7 +51,6 @@ class FedHDPConfig(ServerDPConfig):
     personal_steps: int | None = None
     count_noise_frac: float = 0.05
     delta: float = 1e-5
-    eval_every: int = 1
 
     def __post_init__(self):
         super().__post_init__()
@@ -69,7 +68,6 @@ class FedHDPConfig(ServerDPConfig):
         checks.in_range("delta", self.delta, 0, 1, lo_open=True, hi_open=True)
         if self.personal_steps is not None:
             checks.positive_int("personal_steps", self.personal_steps)
-        checks.positive_int("eval_every", self.eval_every)
 
 
 class FedHDP(Algorithm):
@@ -137,7 +135,7 @@ class FedHDP(Algorithm):
                 continue
             group_updates = {k: v[members] for k, v in updates.items()}
             if cfg.noise_multipliers[l] > 0:
-                clipped, norms = server.clip_updates(group_updates, state["bounds"][l])
+                clipped, norms = server.clip_updates(group_updates, state["bounds"][l], inplace=True)
                 means.append(server.gaussian_mean(clipped, state["bounds"][l], self.z_update[l], noise_gen))
                 row[f"clip_{l}"] = state["bounds"][l]
                 state["bounds"][l] = cfg.next_bound(norms, state["bounds"][l], self.count_std[l], noise_gen)
@@ -157,22 +155,27 @@ class FedHDP(Algorithm):
             new = ditto(model, take(state["personal"], idx), anchor, x[pos][:, :steps], y[pos][:, :steps],
                         [gens[i] for i in pos], lam=cfg.lams[l], lr=cfg.personal_lr)
             put(state["personal"], idx, new)
-        return row | self._evaluate(r.t)
+        return row | self._evaluate_global()
 
-    def _evaluate(self, t: int) -> dict:
-        cfg, model, state = self.cfg, self.model, self.state
+    def _evaluate_global(self) -> dict:
+        """The global model, every round: on the server test set and on each cohort's test sets."""
+        model, state = self.model, self.state
         acc_g, loss_g = self.evaluate_global(state["global"])
         row = {"loss_g": float(loss_g.mean())}
         with torch.no_grad():
             row["acc_g"] = float((model.forward(state["global"], self.server_x, None).argmax(-1)
                                   == self.server_y).float().mean())
-        personal = t % cfg.eval_every == 0 or t == cfg.rounds
-        acc_l = accuracy(model, state["personal"], *self.test, stacked=True) if personal else None
         for l, members in enumerate(self.members):
             row[f"acc_g_{l}"] = float(acc_g[members].mean())
-            row[f"acc_l_{l}"] = float(acc_l[members].mean()) if personal else np.nan
         if len(self.members) >= 2:
             row["delta_g"] = row["acc_g_0"] - row["acc_g_1"]
+        return row
+
+    def evaluate(self, r: Round) -> dict:
+        """Every client's personal model on its own test set, by cohort (every ``cfg.eval_every`` rounds)."""
+        acc_l = accuracy(self.model, self.state["personal"], *self.test, stacked=True)
+        row = {f"acc_l_{l}": float(acc_l[members].mean()) for l, members in enumerate(self.members)}
+        if len(self.members) >= 2:
             row["delta_l"] = row["acc_l_0"] - row["acc_l_1"]
         return row
 

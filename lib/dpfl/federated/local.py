@@ -254,8 +254,9 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
 def updates_from(model: Model, cfg: LocalConfig, global_: dict, x, y, generators: list, lr: float, *,
                  chunk: int | None = None) -> dict:
     """FedAvg's local step: every client starts from the one model ``global_`` with a fresh optimiser,
-    trains on its batches (as :func:`local_train`) and returns its update Δ_k = w_k − w, stacked (m, …)."""
+    trains on its batches (as :func:`local_train`) and returns its update Δ_k = w_k − w, stacked (m, …).
+    The m starting points are views of ``global_`` (no copies): a chunk's copy is made as it trains."""
     m = y.shape[0]
-    start = {k: v.unsqueeze(0).repeat(m, *[1] * v.ndim) for k, v in global_.items()}
+    start = {k: v.unsqueeze(0).expand(m, *v.shape) for k, v in global_.items()}
     local, _ = local_train(model, cfg, start, init_state(start, cfg), x, y, generators, [lr] * m, chunk=chunk)
     return {k: local[k].sub_(global_[k]) for k in global_}

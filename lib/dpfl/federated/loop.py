@@ -13,6 +13,9 @@ what one round does; everything else lives here, once (the shape of apple/pfl-re
   into the algorithm's named accountants and records their readings (ε, δ at a target ε, or μ) in
   the round's row;
 * metrics rows, timing, the progress bar;
+* evaluation cadence — the algorithm's costly evaluations (``Algorithm.evaluate``) every
+  ``cfg.eval_every`` rounds, at the last round and at the round that stops the run (apple/pfl-research's
+  ``evaluation_frequency``); the rows in between carry no such columns (NaN in the table);
 * stopping — the algorithm's rule (a target metric, a privacy budget) or the last round;
 * checkpoints — atomic, with the run's key and every accountant's events, every
   ``checkpoint_every`` rounds and/or every ``checkpoint_seconds`` of wall time; a run finding a
@@ -54,8 +57,9 @@ class LoopConfig:
     """What every algorithm's configuration holds (keyword-only): ``rounds`` (the most), the client
     ``sampler``, the clients' ``batch_size``, ``local_steps`` per round and ``local`` training, the
     learning-rate schedule (``dpfl.federated.schedule``), the ``seed``, the ``chunk`` of clients
-    trained in one call (None: ``local_train``'s default; changes the numbers only by round-off) and the
-    checkpoint cadence in rounds (0: none)."""
+    trained in one call (None: ``local_train``'s default; changes the numbers only by round-off), how
+    often the algorithm's evaluation runs (``eval_every`` rounds; always at the last round and at the
+    round that stops the run) and the checkpoint cadence in rounds (0: none)."""
 
     rounds: int
     batch_size: int
@@ -65,6 +69,7 @@ class LoopConfig:
     lr_schedule: LearningRate = LearningRate()
     seed: int = 0
     chunk: int | None = None
+    eval_every: int = 1
     checkpoint_every: int = 0
 
     def __post_init__(self):
@@ -80,6 +85,7 @@ class LoopConfig:
         checks.nonnegative_int("seed", self.seed)
         if self.chunk is not None:
             checks.positive_int("chunk", self.chunk)
+        checks.positive_int("eval_every", self.eval_every)
         checks.nonnegative_int("checkpoint_every", self.checkpoint_every)
 
 
@@ -107,8 +113,9 @@ class Privacy:
 class Algorithm:
     """The base of what :func:`run` runs, built from a ``model`` and a :class:`LoopConfig` ``cfg``: a
     subclass overrides ``setup`` (calling this one first, then building ``self.state`` on the device)
-    and ``round`` (one round → its row's metrics); a private one also ``accountants`` and ``events``;
-    one with a stopping rule ``stop``. ``self.state`` is what a checkpoint saves; ``progress_metric``
+    and ``round`` (one round → its row's metrics); one whose evaluation costs more than a round's
+    bookkeeping ``evaluate`` (run every ``cfg.eval_every`` rounds); a private one also ``accountants``
+    and ``events``; one with a stopping rule ``stop``. ``self.state`` is what a checkpoint saves; ``progress_metric``
     the column the progress bar shows."""
 
     state: dict
@@ -146,6 +153,11 @@ class Algorithm:
 
     def round(self, r: Round) -> dict:
         raise NotImplementedError
+
+    def evaluate(self, r: Round) -> dict:
+        """The row's evaluation columns after round ``r`` (the loop calls it every ``cfg.eval_every``
+        rounds, at the last and at the stopping round); none here."""
+        return {}
 
     def accountants(self) -> list[Privacy]:
         return []
@@ -234,13 +246,15 @@ def run(algorithm: Algorithm, fd: FederatedDataset, *, checkpoint: Path | None =
                 for event, count in events.get(p.name, ()):
                     p.accountant.compose(event, count)
                 row.update(p.read(p.accountant))
+            stop = algorithm.stop(row)
+            if t % cfg.eval_every == 0 or t == rounds or stop:
+                row.update(algorithm.evaluate(r))
             row["seconds"] = time.perf_counter() - start
             longest = max(longest, row["seconds"])
             rows.append(row)
             bar.update(1)
-            if algorithm.progress_metric:
+            if row.get(algorithm.progress_metric) is not None:
                 bar.set_postfix({algorithm.progress_metric: f"{row[algorithm.progress_metric]:.3g}"})
-            stop = algorithm.stop(row)
             due = (cfg.checkpoint_every and t % cfg.checkpoint_every == 0) or \
                   (checkpoint_seconds is not None and time.time() - last_save >= checkpoint_seconds)
             if checkpoint is not None and (due or stop):

@@ -34,24 +34,33 @@ def elastic(global_: dict, local: dict, selected, alpha: float, eta: float = 1.0
     return new_global, {k: v.index_copy(0, idx, helpers[k]) for k, v in local.items()}
 
 
-def clip_updates(updates: dict, bound, *, per_layer: bool = False):
+def clip_updates(updates: dict, bound, *, per_layer: bool = False, inplace: bool = False):
     """Scale each client's update Δ to norm ≤ bound: Δ / max(1, ‖Δ‖/S).
 
     ``per_layer=False``: one norm over the whole model, ``bound`` a scalar. ``per_layer=True``:
     each parameter tensor separately, ``bound`` a scalar or a dict of per-layer bounds (Geyer).
-    ``bound = math.inf`` clips nothing (and still returns the norms).
+    ``bound = math.inf`` clips nothing (and still returns the norms). ``inplace``: scale ``updates``
+    themselves (same numbers; no second copy of m updates).
     Returns (clipped updates, norms before clipping: (m,) or {layer: (m,)}).
     """
     if per_layer:
         bounds = bound if isinstance(bound, dict) else {k: bound for k in updates}
         norms = {k: v.flatten(1).norm(dim=1) for k, v in updates.items()}
-        clipped = {k: v / torch.clamp(norms[k] / bounds[k], min=1.0).view(-1, *[1] * (v.ndim - 1))
-                   for k, v in updates.items()}
-        return clipped, norms
-    checks.positive("bound", bound, finite=False)
-    norms = torch.sqrt(sum(v.flatten(1).pow(2).sum(1) for v in updates.values()))
-    factor = torch.clamp(norms / bound, min=1.0)
-    return {k: v / factor.view(-1, *[1] * (v.ndim - 1)) for k, v in updates.items()}, norms
+        factors = {k: torch.clamp(norms[k] / bounds[k], min=1.0) for k in updates}
+    else:
+        checks.positive("bound", bound, finite=False)
+        norms = torch.sqrt(sum(_squared_norms(v) for v in updates.values()))
+        factors = dict.fromkeys(updates, torch.clamp(norms / bound, min=1.0))
+    shaped = {k: factors[k].view(-1, *[1] * (v.ndim - 1)) for k, v in updates.items()}
+    clipped = ({k: v.div_(shaped[k]) for k, v in updates.items()} if inplace
+               else {k: v / shaped[k] for k, v in updates.items()})
+    return clipped, norms
+
+
+def _squared_norms(v: torch.Tensor, chunk: int = 8) -> torch.Tensor:
+    """‖v_k‖² of each client's slice, ``chunk`` clients at a time: the squares of all m updates are
+    never held at once (each row's sum is the same as in one call)."""
+    return torch.cat([part.pow(2).sum(1) for part in v.flatten(1).split(chunk)])
 
 
 def median_bounds(updates: dict) -> dict:
