@@ -94,6 +94,10 @@ def test_table1_puts_ours_next_to_the_paper_with_verdicts():
     reach = gt.first_reaching(nondp[1], 0.97)
     assert t.rounds.iloc[0] == reach and t.acc.iloc[0] == pytest.approx(np.linspace(0.5, 0.975, 400)[379])
     assert t.mean_m.iloc[1] == 50 and t.paper_mean_m.iloc[2] == 220
+    # a row chosen from part of its grid says so; a whole grid's does not
+    t = gt.table1(nondp, {100: dp100, 1000: dp1000}, {100: (96, 96), 1000: (7, 18)})
+    assert t.grid.tolist()[1:3] == ["96/96", "7/18"] and t.partial.tolist()[1:3] == [False, True]
+    assert "partial grid: the best of the 7 of 18" in t.note.iloc[2] and "partial" not in t.note.iloc[1]
 
 
 def test_reaccounting_the_published_k100_row():

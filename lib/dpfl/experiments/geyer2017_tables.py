@@ -31,11 +31,13 @@ def first_reaching(metrics: pd.DataFrame, target: float) -> int | None:
     return int(metrics.loc[hit[0], "round"]) if len(hit) else None
 
 
-def table1(nondp: tuple, dp_best: dict) -> pd.DataFrame:
+def table1(nondp: tuple, dp_best: dict, searched: dict | None = None) -> pd.DataFrame:
     """Table 1, ours next to the paper's: ``nondp`` = (run, metrics) of the non-private run (ACC at the
     paper's 380 rounds, or its last; CR = the first round reaching the paper's 0.97), ``dp_best`` =
-    {K: the best outcome (:func:`best`) or None while pending}. Verdicts: ACC within ±2 pp, CR within
-    ±20 %; the implied mean m = CC/CR checks the schedules."""
+    {K: the best outcome (:func:`best`) or None while pending}, ``searched`` = {K: (configurations
+    computed, configurations in the grid)}: a row chosen from part of its grid says so (``grid``,
+    ``partial``, ``note``). Verdicts: ACC within ±2 pp, CR within ±20 %; the implied mean m = CC/CR
+    checks the schedules."""
     rows = []
     paper = published()
     run_, metrics = nondp
@@ -58,10 +60,15 @@ def table1(nondp: tuple, dp_best: dict) -> pd.DataFrame:
             row.update(acc=None, rounds=None, cc=None, mean_m=None, config="", acc_verdict="pending",
                        rounds_verdict="pending", note="needs the GPU runs (benchmarks/GPU_QUEUE.md)")
         else:
+            done, total = (searched or {}).get(int(p.K), (None, None))
+            partial = done is not None and done < total
             row.update(acc=o["acc"], rounds=o["rounds"], cc=o["cc"], mean_m=o["cc"] / o["rounds"], config=o["run"],
                        acc_verdict=verdict(o["acc"], p.acc, absolute=0.02),
                        rounds_verdict=verdict(o["rounds"], p.rounds, relative=0.2),
-                       note="the model returned when δ first exceeds δ′")
+                       grid="" if done is None else f"{done}/{total}", partial=partial,
+                       note="the model returned when δ first exceeds δ′" + (
+                           f"; partial grid: the best of the {done} of {total} configurations computed so far "
+                           "(the rest pending)" if partial else ""))
         rows.append(row)
     return pd.DataFrame(rows)
 
