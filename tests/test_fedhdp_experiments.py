@@ -87,6 +87,22 @@ def test_outcome_reports_each_cohort_and_the_private_clients_epsilon(noniid):
     assert np.isnan(fl.outcome(cfg, metrics)["ε_p"])
 
 
+def test_the_smoothed_outcome_averages_the_last_evaluations():
+    cfg = fl.FedHDPRun(dataset="noniid_mnist", algorithm="FedHDP", r=0.5, lam_np=0.1, lam_p=0.1, rounds=8)
+    metrics = pd.DataFrame({"round": range(1, 9), "acc_g": np.linspace(0.1, 0.8, 8), "acc_g_0": 0.5, "acc_g_1": 0.4,
+                            "acc_l_0": [np.nan] * 3 + [0.6, np.nan, np.nan, np.nan, 0.9], "acc_l_1": 0.3,
+                            "delta_g": 0.1, "delta_l": [np.nan] * 3 + [0.3, np.nan, np.nan, np.nan, 0.6],
+                            "eps_1": np.arange(1.0, 9.0)})
+    final, half = fl.outcome(cfg, metrics), fl.outcome(cfg, metrics, tail=0.5)
+    assert final["Acc_g"] == pytest.approx(80.0) and final["Acc_l,np"] == pytest.approx(90.0)
+    assert half["Acc_g"] == pytest.approx(100 * np.mean([0.5, 0.6, 0.7, 0.8]))       # rounds 5–8
+    assert half["Acc_l,np"] == pytest.approx(90.0)                                    # its one evaluation there
+    assert fl.outcome(cfg, metrics, tail=0.75)["Acc_l,np"] == pytest.approx(75.0)     # rounds 3–8: 0.6 and 0.9
+    assert half["ε_p"] == final["ε_p"] == 8.0                                         # ε: the final one
+    with pytest.raises(ValueError, match="tail"):
+        fl.outcome(cfg, metrics, tail=1.0)
+
+
 def test_bad_input_is_refused_before_any_work():
     with pytest.raises(ValueError, match="r applies to FedHDP only"):
         fl.FedHDPRun(dataset="noniid_mnist", algorithm="DP-FedAvg+Ditto", lam_np=0.1, lam_p=0.1, r=0.5)

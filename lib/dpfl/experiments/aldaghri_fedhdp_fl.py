@@ -234,15 +234,20 @@ class FedHDPRun(TrainingRun):
         return self.train(self.algorithm_for(fed), fed.data)
 
 
-def outcome(run: FedHDPRun, metrics: pd.DataFrame) -> dict:
+def outcome(run: FedHDPRun, metrics: pd.DataFrame, tail: float = 0.0) -> dict:
     """The paper's metrics of a run's final model (percent): Acc_g, Acc_g,np, Acc_g,p, Acc_l,np, Acc_l,p,
-    Δ_g, Δ_l, and ε at δ of the private clients (the group whose mechanism adds noise; none without)."""
+    Δ_g, Δ_l, and ε at δ of the private clients (the group whose mechanism adds noise; none without).
+    ``tail`` > 0: each accuracy is instead its mean over the evaluations in the last ``tail`` of the
+    rounds (the global model's every round, the personal models' every ``eval_every``) — a smoothed
+    reading for curves that swing from round to round, not the paper's metric; ε stays the final one."""
+    checks.in_range("tail", tail, 0, 1, hi_open=True)
     last = metrics.iloc[-1]
+    window = metrics[metrics["round"] > last["round"] * (1 - tail)] if tail else metrics.iloc[-1:]
     eps = [c for c in metrics.columns if c.startswith("eps_")]
     return {"dataset": run.dataset, "algorithm": run.algorithm, "r": run.r if run.algorithm == "FedHDP" else np.nan,
             "lam_np": run.lam_np, "lam_p": run.lam_p, "seed": run.seed, "evaluation": run.evaluation,
             "rounds": int(last["round"]),
-            **{name: 100 * float(last[col]) for name, col in (
+            **{name: 100 * float(window[col].mean()) for name, col in (
                 ("Acc_g", "acc_g"), ("Acc_g,np", "acc_g_0"), ("Acc_g,p", "acc_g_1"), ("Acc_l,np", "acc_l_0"),
                 ("Acc_l,p", "acc_l_1"), ("Δ_g", "delta_g"), ("Δ_l", "delta_l"))},
             "ε_p": float(last[eps[-1]]) if eps else np.nan, "δ": run.delta if eps else np.nan}
