@@ -42,6 +42,8 @@ import torch
 K, N, ROUNDS, BATCHES, LR, CLIP, Z = 100, 600, 6, 10, 0.1, 1.0, 1.0
 #: the record-level workload: rounds, batch size, steps (one epoch), Adam's rate, DP-SGD's multiplier, test images
 R_ROUNDS, R_BATCH, R_STEPS, R_LR, R_Z, R_TEST = 4, 16, 37, 1e-3, 2.0, 2000
+#: where dpfl trains: CUDA when there is one, as pfl (its ``get_default_device``); ``DPFL_BENCH_DEVICE`` overrides
+DEVICE = os.environ.get("DPFL_BENCH_DEVICE", "cuda" if torch.cuda.is_available() else "cpu")
 DATA_PATH: list = []     # the prepared .npz, for Flower's client processes
 LOADED: dict = {}        # its arrays, in each Flower worker process
 
@@ -95,7 +97,7 @@ def run_dpfl(data, m: int, eval_every: int = ROUNDS) -> None:
     cfg = ClientDPConfig(rounds=ROUNDS, batch_size=N // BATCHES, local_steps=BATCHES, sampler=FixedClients(m),
                          local=LocalConfig(optimizer="sgd", lr=LR), noise_multiplier=Z, clip=CLIP, per_layer=False,
                          batch_sampling="shuffle", eval_every=eval_every)
-    rows = run(ClientLevelDP(GEYER_MLP, cfg), _dpfl_data(data, K, len(data["test_y"])), progress=False)
+    rows = run(ClientLevelDP(GEYER_MLP, cfg), _dpfl_data(data, K, len(data["test_y"])), progress=False, device=DEVICE)
     _report("dpfl" if eval_every == ROUNDS else "dpfl-eval1", m, list(rows.seconds), float(rows.acc_global.iloc[-1]))
 
 
@@ -110,7 +112,8 @@ def run_dpfl_records(data, m: int) -> None:
     cfg = RoundConfig(rounds=R_ROUNDS, batch_size=R_BATCH, local_steps=R_STEPS, sampler=PoissonClients(1.0),
                       local=LocalConfig(optimizer="adam", lr=R_LR, dp=True, clip=CLIP, noise_multiplier=R_Z),
                       alpha=1.0, eta=1.0, eval_every=R_ROUNDS)
-    rows = run(PriFedSync(MNIST_CNN, cfg), _dpfl_data(data, m, R_TEST), progress=False)   # seed 0: prepare's weights
+    rows = run(PriFedSync(MNIST_CNN, cfg), _dpfl_data(data, m, R_TEST), progress=False,  # seed 0: prepare's weights
+               device=DEVICE)
     _report("dpfl-records", m, list(rows.seconds), float(rows.acc_global.iloc[-1]))
 
 
@@ -189,7 +192,7 @@ def run_pfl(data, m: int) -> None:
         model_train_params=NNTrainHyperParams(local_learning_rate=LR, local_num_epochs=1, local_batch_size=N // BATCHES),
         model_eval_params=NNEvalHyperParams(local_batch_size=1000), callbacks=[clock])
     with torch.no_grad():
-        accuracy = float((net(torch.from_numpy(data["test_x"])).argmax(-1).numpy() == data["test_y"]).mean())
+        accuracy = float((net.cpu()(torch.from_numpy(data["test_x"])).argmax(-1).numpy() == data["test_y"]).mean())
     _report("pfl", m, clock.seconds, accuracy)
 
 
