@@ -118,3 +118,23 @@ def test_the_budgeted_runner_bundles_what_it_computed(data_root, tmp_path):
         tar.extractall(tmp_path / "b", filter="data")
     assert all(Cache(tmp_path / "b").load(c) is not None for c in configs)
     assert json.loads((tmp_path / "a" / "progress.json").read_text())["missing"] == []
+
+
+def test_the_budgeted_runner_keeps_checkpoints_where_it_is_told(data_root, tmp_path, monkeypatch):
+    """``--checkpoints DIR``: the runs checkpoint there (e.g. outside the work tree, which a fresh
+    checkout replaces); by default beside the cache."""
+    from dpfl import runs
+    from dpfl.experiments import zheng2021
+    from dpfl.federated.loop import Interrupted
+
+    seen = []
+
+    def stop(config, cache):
+        seen.append(config.checkpoint_dir)
+        raise Interrupted("stopped for the test")
+
+    monkeypatch.setattr(runs, "run", stop)
+    args = ["--profile", "smoke", "--device", "cpu", "--data-dir", str(data_root), "--cache", str(tmp_path / "c")]
+    assert zheng2021.main(args + ["--checkpoints", str(tmp_path / "elsewhere")]) == 3
+    assert zheng2021.main(args) == 3
+    assert seen == [str(tmp_path / "elsewhere"), str(tmp_path / "c" / "checkpoints")]

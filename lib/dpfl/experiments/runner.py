@@ -6,7 +6,8 @@ each call adds the runs it finishes, and the next call (or the notebook) reads t
 --bundle $OUT/runs.tar.gz``. ``--whole-runs``: give a run up as soon as it cannot finish within the
 budget and go on to the next (on a machine whose disk goes away, a partial run is lost with its
 checkpoint). ``--bundle``: the cache entries this call computed, in one archive (``tar -xzf`` it in
-the cache). ``--only S``: the runs whose name contains S. ``<cache>/progress.json`` says what is done,
+the cache). ``--only S``: the runs whose name contains S. ``--checkpoints DIR``: where a run that
+stops unfinished keeps its checkpoint, to resume from there on the next call. ``<cache>/progress.json`` says what is done,
 what is missing and what stopped the call. Exit status 0 when every run is cached, 3 when some are left.
 """
 from __future__ import annotations
@@ -73,6 +74,8 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data-dir", default=os.environ.get("DPFL_DATA"))
     parser.add_argument("--cache", default=default_cache)
+    parser.add_argument("--checkpoints", help="where unfinished runs keep their checkpoints (default <cache>/checkpoints): "
+                        "a directory outside the work tree outlives a fresh checkout on the same machine")
     parser.add_argument("--budget", type=float, default=float("inf"),
                         help="seconds; a run still going then checkpoints and stops (exit status 3)")
     parser.add_argument("--whole-runs", action="store_true", help="skip a run as soon as it cannot finish in the budget")
@@ -83,7 +86,7 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
     deadline = time.time() + args.budget if math.isfinite(args.budget) else None
     name = lambda c: f"{cache.path(c).stem}: {describe(c)}"
     todo = [c for c in grid(args.profile, seed=args.seed, device=resolve_device(args.device), data_dir=args.data_dir,
-                            checkpoint_dir=str(Path(args.cache) / "checkpoints"), deadline=deadline,
+                            checkpoint_dir=args.checkpoints or str(Path(args.cache) / "checkpoints"), deadline=deadline,
                             whole=args.whole_runs)
             if args.only in describe(c) and cache.load(c) is None]
     print(f"{args.profile}: {len(todo)} run(s) missing from {args.cache}", flush=True)
