@@ -71,6 +71,18 @@ def test_client_dp_refuses_a_checkpoint_of_another_configuration(tmp_path):
         run(ClientLevelDP(GEYER_MLP, _client_cfg(8.0, FixedClients(2))), fd, checkpoint=ckpt, progress=False)
 
 
+def test_a_checkpoint_resumes_with_another_evaluation_cadence_and_the_same_privacy(tmp_path):
+    """``eval_every`` says how often a run evaluates, not what its rounds compute: a run may go on from
+    a checkpoint evaluating more or less often, and its accountant carries every round that ran."""
+    fd, ckpt = _tiny_data(), tmp_path / "run.pt"
+    whole = run(ClientLevelDP(GEYER_MLP, _client_cfg(0.5, FixedClients(2), rounds=4)), fd, progress=False)
+    run(ClientLevelDP(GEYER_MLP, _client_cfg(0.5, FixedClients(2), rounds=2)), fd, checkpoint=ckpt, progress=False)
+    resumed = run(ClientLevelDP(GEYER_MLP, _client_cfg(0.5, FixedClients(2), rounds=4, eval_every=3)), fd,
+                  checkpoint=ckpt, progress=False)
+    assert resumed.delta.tolist() == whole.delta.tolist()
+    assert resumed.acc_global.notna().tolist() == [True, True, True, True]      # 1–2 as written; 3; the last
+
+
 # -- 3. the GDP CLT is labelled an approximation and never calibrates a guarantee -----------------
 
 def test_the_clt_is_an_approximation_that_can_understate_epsilon():

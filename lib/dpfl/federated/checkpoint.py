@@ -20,9 +20,10 @@ from dpfl.io import atomic_path
 __all__ = ["EXTENSIBLE", "run_key", "load", "save"]
 
 
-#: Fields that say how long a run goes on or how often it saves, not what its rounds compute: a run
-#: may be resumed with other values (e.g. extended from 2 to 5 rounds).
-EXTENSIBLE = ("rounds", "checkpoint_every", "stop_at", "delta_budget")
+#: Fields that say how long a run goes on, how often it saves or evaluates, not what its rounds compute
+#: (training, noise, privacy spent): a run may be resumed with other values (e.g. extended from 2 to 5
+#: rounds, or evaluated more often from here on).
+EXTENSIBLE = ("rounds", "checkpoint_every", "stop_at", "delta_budget", "eval_every")
 
 
 def run_key(model, fd, cfg) -> str:
