@@ -35,6 +35,7 @@ from dpfl.federated.local import LocalConfig, client_generators, init_state, loc
 from dpfl.models import CIFAR_CNN, GEYER_MLP, MNIST_CNN
 from dpfl.opcount import OpCounter
 from dpfl.provenance import device_name, git_commit
+from peers import TorchMnistCNN          # benchmarks/: the same nn.Module as the peers' Opacus clients
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -73,20 +74,6 @@ def step_ratio(model, batch=16, steps=10):
                       ("full", LocalConfig(dp=True, noise_multiplier=2.0, per_sample="full"))]:
         out[name] = _time(lambda: run(cfg), repeat=5) / steps
     return out
-
-
-class TorchMnistCNN(nn.Module):
-    """MnistCNN as the authors wrote it (nn.Module), for the Opacus baseline."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1, self.conv2 = nn.Conv2d(1, 32, 3), nn.Conv2d(32, 64, 3)
-        self.fc1, self.fc2 = nn.Linear(9216, 128), nn.Linear(128, 10)
-        self.drop1, self.drop2 = nn.Dropout2d(0.25), nn.Dropout(0.5)
-
-    def forward(self, x):
-        h = self.drop1(F.max_pool2d(F.relu(self.conv2(F.relu(self.conv1(x)))), 2))
-        return F.log_softmax(self.fc2(self.drop2(F.relu(self.fc1(h.flatten(1))))), dim=-1)
 
 
 def opacus_loop(clients, x, y, z=2.0, clip=1.0):

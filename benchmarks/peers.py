@@ -48,6 +48,23 @@ DATA_PATH: list = []     # the prepared .npz, for Flower's client processes
 LOADED: dict = {}        # its arrays, in each Flower worker process
 
 
+class TorchMnistCNN(torch.nn.Module):
+    """Zheng et al.'s MnistCNN as the authors wrote it (an nn.Module, which Opacus wraps): the peers'
+    record-level clients and ``benchmarks/engine.py``'s Opacus baseline."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.conv1, self.conv2 = nn.Conv2d(1, 32, 3), nn.Conv2d(32, 64, 3)
+        self.fc1, self.fc2 = nn.Linear(9216, 128), nn.Linear(128, 10)
+        self.drop1, self.drop2 = nn.Dropout2d(0.25), nn.Dropout(0.5)
+
+    def forward(self, x):
+        F = torch.nn.functional
+        h = self.drop1(F.max_pool2d(F.relu(self.conv2(F.relu(self.conv1(x)))), 2))
+        return F.log_softmax(self.fc2(self.drop2(F.relu(self.fc1(h.flatten(1))))), dim=-1)
+
+
 def prepare(path: str) -> None:
     """The split (``dpfl.data.partition.label_shards``, seed 0) and Geyer's initial weights (seed 0)."""
     from dpfl.data import load_dataset, partition
@@ -303,27 +320,13 @@ def run_flower(data, m: int, cpus_per_client: float) -> None:
 def run_flower_records(data, m: int, cpus_per_client: float) -> None:
     """The record-level workload in Flower: each of the m clients trains the MnistCNN with Opacus
     DP-SGD from the global model; plain FedAvg of the m models every round."""
-    import torch.nn as nn
     import torch.nn.functional as F
     from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
     from flwr.clientapp import ClientApp
     from flwr.serverapp.strategy import FedAvg
 
-    class MnistCNN(nn.Module):
-        """Zheng et al.'s MnistCNN as an nn.Module (Opacus wraps modules)."""
-
-        def __init__(self):
-            super().__init__()
-            self.conv1, self.conv2 = nn.Conv2d(1, 32, 3), nn.Conv2d(32, 64, 3)
-            self.fc1, self.fc2 = nn.Linear(9216, 128), nn.Linear(128, 10)
-            self.drop1, self.drop2 = nn.Dropout2d(0.25), nn.Dropout(0.5)
-
-        def forward(self, x):
-            h = self.drop1(F.max_pool2d(F.relu(self.conv2(F.relu(self.conv1(x)))), 2))
-            return F.log_softmax(self.fc2(self.drop2(F.relu(self.fc1(h.flatten(1))))), dim=-1)
-
     def forward(state, x):
-        net = MnistCNN().eval()
+        net = TorchMnistCNN().eval()
         net.load_state_dict(state)
         return net(x.reshape(-1, 1, 28, 28))
 
@@ -337,7 +340,7 @@ def run_flower_records(data, m: int, cpus_per_client: float) -> None:
         torch.manual_seed(int(context.node_config["partition-id"]) * 1000 + int(msg.content["config"]["server-round"]))
         x, y = _client_data(msg, context)
         x = x.reshape(-1, 1, 28, 28)
-        net = MnistCNN()
+        net = TorchMnistCNN()
         net.load_state_dict(msg.content["arrays"].to_torch_state_dict())
         net = GradSampleModule(net)
         opt = DPOptimizer(torch.optim.Adam(net.parameters(), lr=R_LR), noise_multiplier=R_Z, max_grad_norm=CLIP,
