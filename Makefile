@@ -15,33 +15,35 @@ DEVICE      ?= auto
 SEED        ?= 0
 PAPERS      := zheng2021 kim2021 aldaghri_fedhdp asoodeh2020 geyer2017
 STAMP       := $(VENV)/.dpfl-installed
+# RAY_ADDRESS=auto (or ray://host:10001): the notebooks' training runs go to that Ray cluster
+RAY         := $(if $(RAY_ADDRESS),--ray $(RAY_ADDRESS),)
 # pip prints one warning per package for the machine's offline mirrors; keep the log readable.
 PIP_FILTER  := grep -v "is ignored: it is neither a file nor a directory" || true
 
 .PHONY: help venv reproduce quick test bench lab clean distclean $(PAPERS)
 
 help: ## list the targets
-	@echo "dpfl — make targets (variables: PROFILE=smoke|quick|paper, DEVICE=auto|cpu|cuda, SEED, DPFL_DATA, FORCE=1, RESULTS_ONLY=1)"
+	@echo "dpfl — make targets (variables: PROFILE=smoke|quick|paper, DEVICE=auto|cpu|cuda, SEED, DPFL_DATA, FORCE=1, RESULTS_ONLY=1, RAY_ADDRESS)"
 	@grep -hE '^[a-zA-Z0-9_ -]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([^:]+):.*## (.*)/  \1\t\2/' | expand -t 22
 
 $(STAMP): pyproject.toml
 	@echo "Creating $(VENV) and installing dpfl with its dependencies (first time only)…"
 	@test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip 2>&1 | $(PIP_FILTER)
-	@$(PY) -m pip install --quiet -e '.[lab,test]' 2>&1 | $(PIP_FILTER)
+	@$(PY) -m pip install --quiet -e '.[lab,test,cluster]' 2>&1 | $(PIP_FILTER)
 	@$(PY) -c "import dpfl, torch, papermill; print('dpfl', dpfl.__version__, '· torch', torch.__version__)"
 	@touch $@
 
 venv: $(STAMP) ## create .venv and install dpfl (idempotent)
 
 reproduce: $(STAMP) ## run every notebook at PROFILE (default paper) → figures/, figures/REPORT.md
-	$(PY) -m dpfl.reproduce --profile $(PROFILE) --device $(DEVICE) --seed $(SEED)
+	$(PY) -m dpfl.reproduce --profile $(PROFILE) --device $(DEVICE) --seed $(SEED) $(RAY)
 
 quick: ## reproduce at PROFILE=quick (minutes per notebook on a laptop CPU)
 	$(MAKE) reproduce PROFILE=quick
 
 $(PAPERS): $(STAMP)
-	$(PY) -m dpfl.reproduce $@ --profile $(PROFILE) --device $(DEVICE) --seed $(SEED)
+	$(PY) -m dpfl.reproduce $@ --profile $(PROFILE) --device $(DEVICE) --seed $(SEED) $(RAY)
 
 zheng2021:       ## Zheng et al. 2021, Federated f-DP
 kim2021:         ## Kim, Günlü, Schaefer 2021, LDP trade-offs
@@ -50,12 +52,13 @@ asoodeh2020:     ## Asoodeh & Calmon 2020, contraction of E_eps
 geyer2017:       ## Geyer, Klein, Nabi 2017, client-level DP
 
 test: $(STAMP) ## unit tests, cross-checks, notebook smoke runs (CPU, offline)
-	$(PY) -m pytest -n 2 --durations=10
+	$(PY) -m pytest -n 2 --dist loadgroup --durations=10
 
 bench: $(STAMP) ## speed and memory benchmarks (ratios against a baseline in the same run)
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/engine.py
 	$(PY) benchmarks/run_peers.py
+	$(PY) benchmarks/cluster.py
 
 lab: $(STAMP) ## open the notebooks in JupyterLab
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks

@@ -165,3 +165,16 @@ def test_results_only_renders_at_the_requested_profile(tmp_path, monkeypatch, ca
     assert code == 0 and (figures / "zheng2021" / "env.txt").read_text() == "1"
     record = json.loads((figures / "zheng2021" / "RUN.json").read_text())
     assert record["profile"] == "paper" and record["note"].startswith("results only")
+
+
+def test_ray_address_reaches_the_notebooks_kernels(tmp_path, monkeypatch):
+    """``--ray ADDRESS`` (``make reproduce RAY_ADDRESS=…``): the kernels see it as ``DPFL_RAY_ADDRESS``,
+    which ``dpfl.runs.run_many`` sends their grids to (tests/test_cluster.py)."""
+    nbdir, figures = tmp_path / "notebooks", tmp_path / "figures"
+    nbdir.mkdir()
+    _notebook(nbdir / reproduce.NOTEBOOKS["kim2021"],
+              "import os\nfrom pathlib import Path\nPath(out_dir, 'env.txt').write_text(os.environ.get('DPFL_RAY_ADDRESS', ''))")
+    monkeypatch.setenv("DPFL_RAY_ADDRESS", "")   # recorded, so the address that main sets is undone after the test
+    code = reproduce.main(["kim2021", "--ray", "ray://head:10001", "--profile", "smoke", "--notebooks-dir", str(nbdir),
+                           "--figures-dir", str(figures)])
+    assert code == 0 and (figures / "kim2021" / "env.txt").read_text() == "ray://head:10001"

@@ -1,4 +1,5 @@
 """dpfl.experiments.zheng2021: the authors' settings as configs (docs/zheng2021.md §2) and the budgeted runner."""
+import dataclasses
 import json
 import tarfile
 
@@ -138,3 +139,58 @@ def test_the_budgeted_runner_keeps_checkpoints_where_it_is_told(data_root, tmp_p
     assert zheng2021.main(args + ["--checkpoints", str(tmp_path / "elsewhere")]) == 3
     assert zheng2021.main(args) == 3
     assert seen == [str(tmp_path / "elsewhere"), str(tmp_path / "c" / "checkpoints")]
+
+
+def test_a_cell_runs_to_its_target_then_its_twin_to_the_same_round(data_root, tmp_path, monkeypatch, capsys):
+    """``--profile cells``: a published cell at the paper's setting, stopped at its target, then (a
+    follow-up in the same call) its non-private twin to the round it stopped at; the notebook reads both
+    with ``cached_cells``. Here the paper's setting is the smoke profile's and the target one that
+    round 1 reaches."""
+    from dpfl.experiments import zheng2021 as z
+    from dpfl.experiments import zheng2021_tables as zt
+    from dpfl.runs import Cache
+
+    monkeypatch.setitem(z.SETTINGS, "paper", z.SETTINGS["smoke"])
+    monkeypatch.setitem(z.TARGETS, "1", 0.05)
+    cache = Cache(tmp_path)
+    args = ["--profile", "cells", "--only", "mnist p=1 σ=0.75 B=16", "--device", "cpu", "--data-dir", str(data_root),
+            "--cache", str(tmp_path)]
+    assert z.main(args) == 0
+    out = capsys.readouterr().out
+    assert "1 run(s) missing" in out and "[2/2]" in out and "σ=None" in out          # the twin followed
+    cell = next(c for c in z.cells("1", data_dir=str(data_root)) if (c.p, c.sigma) == (1.0, 0.75))
+    metrics = cache.load(cell).value
+    assert len(metrics) == 1 and cell.stop_at == 0.05 and cell.rounds == 2     # stopped at its target
+    twin = cache.load(z.twin(cell, 1)).value
+    assert len(twin) == 1 and "mu_max_clt" in twin and (twin.mu_max_clt == 0).all()
+    assert z.main(args) == 0 and "0 run(s) missing" in capsys.readouterr().out  # nothing left, twin included
+    done = z.cached_cells(cache, "1", data_dir=str(data_root))
+    assert list(done) == [(1.0, 0.75)] and done[(1.0, 0.75)][2].equals(twin)
+    table = zt.rounds_table({k: v[:2] for k, v in done.items()}, z.published(), "1", 0.05,
+                            twins={k: v[2] for k, v in done.items()})
+    row = table.iloc[0]
+    assert row["R ours (to 5%)"] == 1 and row["R paper (to 90%)"] == 64
+    assert row["non-private acc ours %"] == round(100 * twin.acc_stored_local.iloc[0], 2)
+    # a longer twin's first rounds are the shorter one's: any cached twin with ≥ R rounds serves a cell
+    longer = z.twin(cell, 2).compute()
+    assert longer.acc_stored_local.iloc[0] == twin.acc_stored_local.iloc[0]
+    assert longer.acc_global.iloc[0] == twin.acc_global.iloc[0]
+
+
+def test_table_2_cells_have_no_twin_to_follow():
+    """Table 2 prints no non-private accuracy: its cells call for no twin."""
+    import pandas as pd
+
+    from dpfl.experiments import zheng2021 as z
+
+    reached = pd.DataFrame({"round": [1, 2], "acc_stored_local": [0.5, 0.95]})
+    (b8,) = [c for c in z.cells("2") if c.sigma == 0.75]
+    (b16,) = [c for c in z.cells("1") if (c.p, c.sigma) == (0.5, 0.75)]
+    assert b8.batch_size == 8 and z.followups(b8, reached, None) == []
+    assert [t.rounds for t in z.followups(b16, reached, _EmptyCache())] == [2]
+    assert z.followups(dataclasses.replace(b16, stop_at=None), reached, _EmptyCache()) == []
+
+
+class _EmptyCache:
+    def load(self, config):
+        return None

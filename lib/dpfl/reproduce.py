@@ -151,9 +151,15 @@ def main(argv=None) -> int:
                         help="compute nothing: render every notebook from cached results (e.g. runs computed on a "
                              "GPU elsewhere) at the requested profile; a missing result fails its notebook with "
                              "the list of what is missing (default: the RESULTS_ONLY environment variable)")
+    parser.add_argument("--ray", metavar="ADDRESS", default=os.environ.get("DPFL_RAY_ADDRESS") or None,
+                        help="send the notebooks' grids of training runs to this Ray cluster ('auto': the one this "
+                             "machine belongs to; 'ray://host:10001'; 'local': start one here), one task per run, "
+                             "into the same cache (needs pip install 'dpfl[cluster]'; README, 'On a Ray cluster')")
     args = parser.parse_args(argv)
     if args.results_only:
         os.environ["RESULTS_ONLY"] = "1"             # the notebooks' kernels inherit it
+    if args.ray:
+        os.environ["DPFL_RAY_ADDRESS"] = args.ray    # read by dpfl.runs.run_many in the kernels
 
     for paper in args.papers:
         if paper not in NOTEBOOKS:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import fcntl
 import hashlib
 import json
 import os
@@ -155,14 +156,25 @@ class Cache:
                           "recomputing it", CorruptCacheWarning, stacklevel=2)
             return None
 
-    def store(self, result: Result) -> Path:
+    def store(self, result: Result, *, overwrite: bool = False) -> Result:
+        """Write ``result`` (pickle and JSON sidecar, each atomically) and return what the cache now
+        holds for its config. Writers of one cache — processes of one machine, or the driver of a Ray
+        grid and a notebook beside it — take turns on ``<root>/.lock``, and the first result stored
+        for a config stays: a later writer gets the stored one back (its own is discarded), unless
+        ``overwrite`` (``FORCE=1``), so a config's pickle and sidecar always come from one run."""
         path = self.path(result.config)
-        sidecar = {"config": _jsonable(result.config), "provenance": result.provenance}
-        write_text(path.with_suffix(".json"), json.dumps(sidecar, indent=2) + "\n")
-        with atomic_path(path) as tmp, tmp.open("wb") as fh:
-            pickle.dump({"value": result.value, "provenance": result.provenance}, fh,
-                        protocol=pickle.HIGHEST_PROTOCOL)
-        return path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with (self.root / ".lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)            # released when the file closes
+            first = None if overwrite else self.load(result.config)
+            if first is not None:
+                return first
+            sidecar = {"config": _jsonable(result.config), "provenance": result.provenance}
+            write_text(path.with_suffix(".json"), json.dumps(sidecar, indent=2) + "\n")
+            with atomic_path(path) as tmp, tmp.open("wb") as fh:
+                pickle.dump({"value": result.value, "provenance": result.provenance}, fh,
+                            protocol=pickle.HIGHEST_PROTOCOL)
+        return result
 
     def __repr__(self) -> str:
         return f"Cache({str(self.root)!r})"
@@ -209,20 +221,21 @@ def run(config, cache: Cache | None = None, *, force: bool | None = None,
             return hit
     if env_flag("RESULTS_ONLY") if results_only is None else results_only:
         raise MissingRuns([config], cache)
-    result = _compute(config)
-    cache.store(result)
-    return result
+    return cache.store(_compute(config), overwrite=force)
 
 
-def run_many(configs: Iterable, cache: Cache | None = None, *, executor: Executor | None = None,
+def run_many(configs: Iterable, cache: Cache | None = None, *, executor: Executor | str | None = None,
              force: bool | None = None, results_only: bool | None = None, progress: bool = True) -> list[Result]:
     """Run a grid of configs; cached ones are reused, so an interrupted grid resumes.
 
     ``executor`` is any ``concurrent.futures.Executor`` (a process pool, or a cluster executor
-    with the same interface); results are written by this process as they arrive. A run that
-    raises does not stop the others: they finish and are cached, then :class:`RunsFailed` lists
-    every failure (an unreadable cache entry is recomputed, see :meth:`Cache.load`). In results-only
-    mode (see :func:`run`) every missing result is listed in one :class:`MissingRuns`, before any work.
+    with the same interface), or a Ray cluster's address (``"auto"``, ``"ray://host:10001"``; ``"local"``
+    starts one on this machine; :mod:`dpfl.cluster`); None takes ``$DPFL_RAY_ADDRESS`` when set, else
+    computes here, one run after another. Results are written by this process as they arrive, each
+    config computed once however often it is listed. A run that raises does not stop the others: they
+    finish and are cached, then :class:`RunsFailed` lists every failure (an unreadable cache entry is
+    recomputed, see :meth:`Cache.load`). In results-only mode (see :func:`run`) every missing result is
+    listed in one :class:`MissingRuns`, before any work.
     """
     configs: Sequence = list(configs)
     for config in configs:
@@ -230,34 +243,42 @@ def run_many(configs: Iterable, cache: Cache | None = None, *, executor: Executo
     cache = cache or default_cache()
     force = _force_from_env() if force is None else force
     results: list[Result | None] = [None if force else cache.load(c) for c in configs]
-    todo = [i for i, r in enumerate(results) if r is None]
+    todo: dict = {}                                    # each missing config once, with every place it fills
+    for i, r in enumerate(results):
+        if r is None:
+            todo.setdefault(config_hash(configs[i]), []).append(i)
+    missing = {key: configs[places[0]] for key, places in todo.items()}
     if todo and (env_flag("RESULTS_ONLY") if results_only is None else results_only):
-        raise MissingRuns([configs[i] for i in todo], cache)
+        raise MissingRuns(list(missing.values()), cache)
+    executor = executor or os.environ.get("DPFL_RAY_ADDRESS") or None
+    if isinstance(executor, str) and todo:
+        from dpfl.cluster import ray_executor
+
+        executor = ray_executor(executor)
     failures: dict = {}
-    bar = _progress(len(todo), progress, f"{len(configs) - len(todo)} cached")
+
+    def finish(key, compute):
+        try:
+            result = compute()
+        except Exception as err:  # noqa: BLE001 — one failed run must not cost the grid
+            failures[missing[key]] = err
+        else:
+            result = cache.store(result, overwrite=force)
+            for i in todo[key]:
+                results[i] = result
+        bar.update(1)
+
+    bar = _progress(len(todo), progress, f"{len(configs) - sum(map(len, todo.values()))} cached")
     try:
         if executor is None:
-            for i in todo:
-                try:
-                    results[i] = _compute(configs[i])
-                except Exception as err:  # noqa: BLE001 — one failed run must not cost the grid
-                    failures[configs[i]] = err
-                else:
-                    cache.store(results[i])
-                bar.update(1)
+            for key, config in missing.items():
+                finish(key, lambda: _compute(config))
         else:
-            futures = {executor.submit(_compute, configs[i]): i for i in todo}
             from concurrent.futures import as_completed
 
+            futures = {executor.submit(_compute, config): key for key, config in missing.items()}
             for fut in as_completed(futures):
-                i = futures[fut]
-                try:
-                    results[i] = fut.result()
-                except Exception as err:  # noqa: BLE001
-                    failures[configs[i]] = err
-                else:
-                    cache.store(results[i])
-                bar.update(1)
+                finish(futures[fut], fut.result)
     finally:
         bar.close()
     if failures:

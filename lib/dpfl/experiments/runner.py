@@ -62,9 +62,12 @@ class TrainingRun:
         return metrics
 
 
-def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache: str, argv=None) -> int:
+def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache: str, argv=None,
+         followups: Callable | None = None) -> int:
     """Parse ``argv`` and compute the missing runs of ``grid(profile, seed=, device=, data_dir=,
-    checkpoint_dir=, deadline=, whole=)``, each named ``describe(run)`` in the log."""
+    checkpoint_dir=, deadline=, whole=)``, each named ``describe(run)`` in the log. ``followups(run,
+    metrics, cache)``: the runs a cached run's result calls for (e.g. a non-private twin to the round a
+    private run stopped at), computed after it in the same call, whatever ``--only`` says."""
     from dpfl.notebook import resolve_device
 
     parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=__doc__,
@@ -85,13 +88,25 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
     cache = runs.Cache(args.cache)
     deadline = time.time() + args.budget if math.isfinite(args.budget) else None
     name = lambda c: f"{cache.path(c).stem}: {describe(c)}"
-    todo = [c for c in grid(args.profile, seed=args.seed, device=resolve_device(args.device), data_dir=args.data_dir,
-                            checkpoint_dir=args.checkpoints or str(Path(args.cache) / "checkpoints"), deadline=deadline,
-                            whole=args.whole_runs)
-            if args.only in describe(c) and cache.load(c) is None]
+    todo = []
+
+    def want(config):                          # a missing run, or a cached one's follow-ups
+        hit = cache.load(config)
+        if hit is None:
+            todo.append(config) if config not in todo else None
+        for later in (followups(config, hit.value, cache) if hit and followups else []):
+            want(later)
+
+    for config in grid(args.profile, seed=args.seed, device=resolve_device(args.device), data_dir=args.data_dir,
+                       checkpoint_dir=args.checkpoints or str(Path(args.cache) / "checkpoints"), deadline=deadline,
+                       whole=args.whole_runs):
+        if args.only in describe(config):
+            want(config)
     print(f"{args.profile}: {len(todo)} run(s) missing from {args.cache}", flush=True)
     done, skipped, status = [], [], "finished"
-    for k, config in enumerate(todo, 1):
+    k = 0
+    while k < len(todo):                       # todo grows by the follow-ups of the runs it finishes
+        config, k = todo[k], k + 1
         try:                                   # the loop stops a run at the deadline, before its first round too
             result = runs.run(config, cache)
         except CannotFinish as stop:
@@ -103,6 +118,7 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
             print(f"{status}; {len(todo) - k + 1} run(s) left", flush=True)
             break
         done.append(config)
+        want(config)
         print(f"[{k}/{len(todo)}] {name(config)}: {len(result.value)} rounds in {result.provenance['wall_time_s']:.0f} s",
               flush=True)
     missing = [name(c) for c in todo if c not in done]

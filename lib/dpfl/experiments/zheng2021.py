@@ -30,7 +30,8 @@ from dpfl.federated.schedule import LearningRate
 from dpfl.models import MNIST_CNN, cifar_cnn
 
 __all__ = ["ZhengRun", "PUBLISHED", "published", "federated_mnist", "cifar10_split", "federated_cifar10", "first_round", "CIFAR_NORMALISATION",
-           "default_steps", "SETTINGS", "mnist_run", "cifar_run", "grid", "main"]
+           "default_steps", "SETTINGS", "mnist_run", "cifar_run", "grid", "TARGETS", "cells", "twin", "cached_twin", "followups",
+           "cached_cells", "main"]
 
 #: The authors' CIFAR-10 normalisation (``transforms.Normalize``; docs/zheng2021.md §2).
 CIFAR_NORMALISATION = ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
@@ -244,16 +245,86 @@ def grid(profile: str, **common) -> list:
     return unique
 
 
+#: the accuracy each table counts its R to (the paper's; Table 2 is Table 1's target at B = 8)
+TARGETS = {"1": 0.9, "2": 0.9, "3": 0.52}
+
+
+def _cell_run(cell, profile: str, **common) -> ZhengRun:
+    """The ``profile``'s run of one published cell (a row of :func:`published`)."""
+    S = SETTINGS[profile]
+    if cell.dataset == "cifar10":
+        return cifar_run(S, cell.p, cell.sigma, **common)
+    return mnist_run(S, cell.p, cell.sigma, int(cell.B), **common)
+
+
+def cells(table: str = "1", profile: str = "paper", **common) -> list[ZhengRun]:
+    """Table ``table``'s published cells at the paper's setting (the ``profile``'s runs), each
+    stopped at the round its stored accuracy reaches the table's target (:data:`TARGETS`): all a cell's
+    R, μ_max at R and accuracy at R need, at a fraction of the full run's rounds. The non-private
+    accuracy at R comes from the cell's twin (:func:`followups`). Computed one cell at a time:
+    ``python -m dpfl.experiments.zheng2021 --profile cells --only "p=1 σ=0.75"`` (a CPU session can do
+    Table 1's fastest cell, p = 1, σ = 0.75: ≈ 2.7 h to the paper's R = 64; benchmarks/GPU_QUEUE.md)."""
+    checks.one_of("table", table, TARGETS)
+    checks.one_of("profile", profile, SETTINGS)
+    rows = published().query("table == @table")
+    return [dataclasses.replace(_cell_run(c, profile, **common), stop_at=TARGETS[table]) for c in rows.itertuples()]
+
+
+def twin(run: ZhengRun, rounds: int) -> ZhengRun:
+    """``run``'s non-private twin (same data, clients, seed, no clipping or noise) for ``rounds`` rounds.
+    Its first R rounds are those of any longer twin (round t draws from (seed, t) alone; tested)."""
+    return dataclasses.replace(run, sigma=None, rounds=rounds, stop_at=None)
+
+
+def cached_twin(cache, run: ZhengRun, R: int):
+    """The shortest cached twin of ``run`` with at least R rounds (up to the ``paper`` profile's full
+    twin), as a ``runs.Result``, or None."""
+    S = SETTINGS["paper"]
+    full = S["cifar_rounds"] if run.dataset == "cifar10" else S["rounds"][run.p]
+    return next((hit for n in range(R, max(R, full) + 1) if (hit := cache.load(twin(run, n))) is not None), None)
+
+
+def followups(run: ZhengRun, metrics: pd.DataFrame, cache) -> list[ZhengRun]:
+    """What a cached cell (:func:`cells`) still needs: its twin to the cell's R, unless one is cached
+    or the paper prints no twin's accuracy for it (Table 2)."""
+    dataset, p, s, B = run.dataset, run.p, run.sigma, run.batch_size
+    printed = published().query("dataset == @dataset and p == @p and sigma == @s and B == @B").nonprivate_acc
+    if run.stop_at is None or not printed.notna().any():         # Table 2 prints no twin
+        return []
+    R = first_round(metrics, run.stop_at)
+    return [twin(run, R)] if R and cached_twin(cache, run, R) is None else []
+
+
+def cached_cells(cache, table: str = "1", profile: str = "paper", **common) -> dict:
+    """The cells of Table ``table`` computed at the ``profile``'s setting so far, read from ``cache``
+    (nothing is computed): {(p, σ): (config, metrics, twin's metrics or None)}, each from the profile's
+    full run when cached, else from the cell stopped at its target (:func:`cells`)."""
+    out = {}
+    for cell in cells(table, profile, **common):
+        hit = cache.load(dataclasses.replace(cell, stop_at=None)) or cache.load(cell)
+        if hit is None:
+            continue
+        R = first_round(hit.value, TARGETS[table])
+        pair = cached_twin(cache, cell, R) if R else None
+        out[(cell.p, cell.sigma)] = (hit.config, hit.value, pair.value if pair else None)
+    return out
+
+
 def main(argv=None) -> int:
     """Compute the notebook's runs into a cache within a time budget (``dpfl.experiments.runner``):
 
         python -m dpfl.experiments.zheng2021 --profile paper --device cuda --budget 540 \\
             --cache figures/zheng2021/cache --whole-runs --bundle $OUT/zheng.tar.gz
+
+    ``--profile cells``: the published cells, each stopped at its target, then its twin (:func:`cells`).
     """
     from dpfl.experiments import runner
 
-    describe = lambda c: f"{c.dataset} p={c.p:g} σ={c.sigma} B={c.batch_size}"
-    return runner.main("dpfl.experiments.zheng2021", grid, describe, SETTINGS, "figures/zheng2021/cache", argv)
+    describe = lambda c: f"{c.dataset} p={c.p:g} σ={c.sigma} B={c.batch_size}" + (f" to {c.stop_at:.0%}" if c.stop_at else "")
+    runs_of = lambda profile, **common: (grid(profile, **common) if profile != "cells"
+                                         else [run for table in TARGETS for run in cells(table, **common)])
+    return runner.main("dpfl.experiments.zheng2021", runs_of, describe, [*SETTINGS, "cells"], "figures/zheng2021/cache",
+                       argv, followups=followups)
 
 
 if __name__ == "__main__":

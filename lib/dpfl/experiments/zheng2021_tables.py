@@ -47,16 +47,22 @@ def mu_max_table(published: pd.DataFrame) -> pd.DataFrame:
                          for r in published.itertuples()])
 
 
-def rounds_table(runs: dict, published: pd.DataFrame, table: str, target: float, data: str | None = None) -> pd.DataFrame:
+def _twin(runs: dict, twins: dict | None, p: float, s: float) -> pd.DataFrame | None:
+    return runs[(p, None)][1] if twins is None else twins.get((p, s))
+
+
+def rounds_table(runs: dict, published: pd.DataFrame, table: str, target: float, data: str | None = None,
+                 twins: dict | None = None) -> pd.DataFrame:
     """Table 1 (MNIST) or Table 3 (CIFAR-10): per (p, σ), the first round R whose stored accuracy
     reaches ``target``, μ_max at R, the accuracy at R and the non-private twin's at the same R, each
-    next to the paper's. ``runs``: {(p, σ): (ZhengRun, metrics)} with σ = None the twin of each p."""
+    next to the paper's. ``runs``: {(p, σ): (ZhengRun, metrics)} with σ = None the twin of each p,
+    unless ``twins`` gives each cell's: {(p, σ): metrics or None} (e.g. ``zheng2021.cached_cells``)."""
     goal, acc, nonprivate, mu, best = _TABLE[table]
     rows = []
     for (p, s), (config, metrics) in runs.items():
         if s is None:
             continue
-        twin = runs[(p, None)][1]
+        twin = _twin(runs, twins, p, s)
         R = first_round(metrics, target)
         ref = published.query("table == @table and p == @p and sigma == @s")
         ref = ref.iloc[0] if len(ref) else None
@@ -67,16 +73,17 @@ def rounds_table(runs: dict, published: pd.DataFrame, table: str, target: float,
                      "μ_max paper (GDP CLT)": paper("mu"),
                      f"{acc} ours %": round(100 * at_round(metrics, R), 2) if R else np.nan,
                      f"{acc} paper %": paper("acc"),
-                     f"{nonprivate} ours %": round(100 * at_round(twin, R), 2) if R else np.nan,
+                     f"{nonprivate} ours %": round(100 * at_round(twin, R), 2) if R and twin is not None else np.nan,
                      f"{nonprivate} paper %": paper("nonprivate_acc"),
                      best: f"{100 * metrics.acc_stored_local.max():.1f} ({len(metrics)})"})
     return pd.DataFrame(rows)
 
 
-def rounds_comparisons(runs: dict, published: pd.DataFrame, table: str, data: str = "") -> list:
+def rounds_comparisons(runs: dict, published: pd.DataFrame, table: str, data: str = "", twins: dict | None = None) -> list:
     """At the paper's scale, Table ``table``'s cells as comparisons: (kind of record, keyword arguments
     for ``Notebook.compare`` or ``Notebook.claim``) — R within ±20 %, μ at R (Table 1), accuracy and
-    the twin's accuracy within 2 pp; a cell that never reaches the target is a failed claim."""
+    the twin's accuracy within 2 pp (when the twin is there); a cell that never reaches the target is a
+    failed claim. ``twins`` as in :func:`rounds_table`."""
     goal, what = _TABLE[table][0], ("accuracy" if table == "1" else "top-1")
     tag, source = (f" ({data})" if data else ""), f"Table {table}"
     out = []
@@ -90,15 +97,16 @@ def rounds_comparisons(runs: dict, published: pd.DataFrame, table: str, data: st
                                       source=source, note=f"best {100 * metrics.acc_stored_local.max():.1f} % in "
                                                           f"{len(metrics)} rounds")))
             continue
-        twin = runs[(p, None)][1]
+        twin = _twin(runs, twins, p, s)
         out.append(("compare", dict(quantity=f"{source} R at {100 * goal:.0f} %{tag}, {cell}", ours=R, reference=ref.R, rel=0.2)))
         if table == "1":
             out.append(("compare", dict(quantity=f"{source} μ_max at our R, {cell}", ours=config.mu(R), reference=ref.mu,
                                         rel=0.2, note="consistent with R within ±20 % (μ ∝ √R)")))
         out.append(("compare", dict(quantity=f"{source} {what} at R (%){tag}, {cell}", ours=100 * at_round(metrics, R),
                                     reference=ref.acc, abs=2)))
-        out.append(("compare", dict(quantity=f"{source} non-private {what} at R (%){tag}, {cell}",
-                                    ours=100 * at_round(twin, R), reference=ref.nonprivate_acc, abs=2)))
+        if twin is not None:
+            out.append(("compare", dict(quantity=f"{source} non-private {what} at R (%){tag}, {cell}",
+                                        ours=100 * at_round(twin, R), reference=ref.nonprivate_acc, abs=2)))
     for _, kwargs in out:
         kwargs.setdefault("source", source)
     return out
