@@ -26,7 +26,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-__all__ = ["Model", "Tap", "MNIST_CNN", "CIFAR_CNN", "GEYER_MLP", "FEMNIST_CNN", "cifar_cnn", "fedhdp_mlp", "get_model"]
+__all__ = ["Model", "Tap", "MNIST_CNN", "CIFAR_CNN", "GEYER_MLP", "FEMNIST_CNN", "cifar_cnn", "fedhdp_mlp", "softmax_regression",
+           "get_model"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,6 +186,23 @@ def fedhdp_mlp(hidden: int = 200, classes: int = 10) -> Model:
         return F.log_softmax(_fc(p, "fc2", F.relu(_fc(p, "fc1", x.flatten(-3), tap)), tap), dim=-1)
 
     return Model(f"fedhdp_mlp{hidden}", (1, 28, 28), init, forward, lambda batch, g: None, ("fc1", "fc2"),
+                 plain_mlp=True)
+
+
+# -- the audits' model (docs/audits.md) ------------------------------------------------------------
+
+def softmax_regression(classes: int = 10) -> Model:
+    """Multinomial logistic regression on 28×28 images without bias, initialised at zero: the model of
+    the white-box DP-SGD audit (``dpfl.audit.canaries``), where an image with one non-zero pixel has
+    a gradient confined to that pixel's column and an all-zero image has none."""
+
+    def init(g):
+        return {"fc.weight": torch.zeros(classes, 784)}
+
+    def forward(p, x, masks=None, tap=None):
+        return F.log_softmax(_fc(p, "fc", x.flatten(-3), tap), dim=-1)
+
+    return Model(f"softmax_regression{classes}", (1, 28, 28), init, forward, lambda batch, g: None, ("fc",),
                  plain_mlp=True)
 
 

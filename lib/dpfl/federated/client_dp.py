@@ -25,7 +25,7 @@ from dpfl.federated.local import client_generators, updates_from
 from dpfl.federated.loop import Algorithm, LoopConfig, Privacy, Round
 from dpfl.models import Model
 
-__all__ = ["ServerDPConfig", "ClientDPConfig", "ClientLevelDP"]
+__all__ = ["ServerDPConfig", "ClientDPConfig", "ClientLevelDP", "event_multiplier"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -116,6 +116,13 @@ class ClientDPConfig(ServerDPConfig):
                 server.effective_noise_multiplier(self.noise_multiplier, self.count_noise_std)   # validates
 
 
+def event_multiplier(noise_multiplier: float, tensors: int, per_layer: bool) -> float:
+    """The noise multiplier of one round's accounting event: z, or z/√L when each of the L parameter
+    tensors is clipped to S and gets noise z·S of its own (one Gaussian release of sensitivity √L·S;
+    docs/privacy-accounting.md). ``dpfl.audit.canaries`` audits both."""
+    return noise_multiplier / math.sqrt(tensors if per_layer else 1)
+
+
 class ClientLevelDP(Algorithm):
     """The algorithm's state (global model, adaptive clip bound) and its round; run it with
     :func:`dpfl.federated.loop.run`, which gives one row per round: accuracy and loss of the global
@@ -135,8 +142,7 @@ class ClientLevelDP(Algorithm):
     def setup(self, fd: FederatedDataset, device: str) -> None:
         super().setup(fd, device)
         self.state = {"global": self.initial_params(device), "bound": self.cfg.clip_init}
-        #: the multiplier of one round's event: z, over √L for L separately clipped parameter tensors
-        self.z_event = self.z / math.sqrt(len(self.state["global"]) if self.cfg.per_layer else 1)
+        self.z_event = event_multiplier(self.z, len(self.state["global"]), self.cfg.per_layer)
 
     def accountants(self) -> list[Privacy]:
         eps = self.cfg.target_eps

@@ -1,0 +1,121 @@
+"""Canary audits of the engine's two Gaussian mechanisms, run through the engine's own code, each
+next to the guarantee the engine's accounting claims for what the audit observes (docs/audits.md).
+
+(a) **Record-level DP-SGD** as PriFedSync's clients run it (``local.local_train``: per-sample clipping
+    to C — ghost clipping by default —, noise z·C on the sum, division by B, an SGD step). White-box
+    Dirac canary: the model is ``models.softmax_regression`` at its zero initialisation; the "in" run's
+    batch holds an image whose one non-zero pixel is +a, the "out" run's the same image with −a (a
+    replaced record); the other B − 1 records are blank images, whose gradient is zero. The canary's
+    gradient is confined to its pixel's column of the weights and is clipped to C, the replaced one is
+    its exact opposite: the two differ by 2C, Zheng et al.'s replace-one sensitivity. Score: the
+    trained column projected on the canary's direction. The canary is in every step's batch, so what
+    is audited is K steps given its inclusion: claimed μ = 2√K/z (σ = z/2, ``G_{1/σ}`` per step).
+(b) **Client-level DP-FedAvg** as ``ClientLevelDP`` runs a round (``server.clip_updates`` with a fixed
+    bound S, whole-model or per layer, then ``server.gaussian_mean``). White-box canary client whose
+    update is a fixed random direction of norm 10·S ("in") or zero ("out": the client sends nothing),
+    beside m − 1 clients with random updates. Score: the round's mean update projected on the canary's
+    clipped update (Andrew et al. 2024's statistic, with the canary known). Claimed μ for the round
+    given the canary's inclusion: 1/z_event, the multiplier the engine accounts
+    (``client_dp.event_multiplier``: z, or z/√L for L tensors clipped separately).
+
+``bug`` plants a fault in the mechanism while the claim stays what the engine would account:
+``"noise/10"`` (the noise multiplier divided by 10), ``"no-clip"`` (clipping disabled, the noise still
+scaled to C or S) and, for (b) with per-layer clipping, ``"one-layer-accounting"`` (the claim composed
+as if one tensor were released — the bug fixed on 2026-11-22). An audit that does not catch them proves
+nothing: ``tests/test_audit.py`` asserts both directions.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from dpfl import checks
+from dpfl.accounting import gdp
+from dpfl.audit.bounds import audit_scores
+from dpfl.federated import server
+from dpfl.federated.client_dp import event_multiplier
+from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train
+from dpfl.models import softmax_regression
+
+__all__ = ["BUGS", "dp_sgd_audit", "client_level_audit"]
+
+#: the planted faults each audit accepts
+BUGS = {"dp_sgd": (None, "noise/10", "no-clip"), "client_level": (None, "noise/10", "no-clip", "one-layer-accounting")}
+
+
+def _row(mechanism, bug, z, claimed_mu, scores_in, scores_out, delta, alpha, **setting) -> dict:
+    found = audit_scores(scores_in, scores_out, delta, alpha)
+    claimed_eps = gdp.epsilon(claimed_mu, delta)
+    return {"mechanism": mechanism, "bug": bug or "none", "z": z, **setting, "trials per side": len(scores_in),
+            "claimed μ": claimed_mu, "μ lower bound": found["mu_lo"], f"claimed ε(δ={delta:g})": claimed_eps,
+            "ε lower bound": found["eps_lo"], "μ bound / claim": found["mu_lo"] / claimed_mu,
+            "exceeds claim": found["mu_lo"] > claimed_mu or found["eps_lo"] > claimed_eps,
+            "confidence": found["confidence"]}
+
+
+def dp_sgd_audit(noise_multiplier: float, *, clip: float = 1.0, batch_size: int = 8, steps: int = 1, trials: int = 1000,
+                 delta: float = 1e-5, alpha: float = 0.05, bug: str | None = None, per_sample: str = "ghost",
+                 seed: int = 0) -> dict:
+    """Audit (a) (module docstring): ``trials`` runs with the canary and as many with its replacement,
+    all trained in one ``local_train`` call (one simulated client per run). Returns one row: the
+    claimed μ and ε(δ) next to the audit's lower bounds (confidence 1 − α)."""
+    checks.positive("noise_multiplier", noise_multiplier)
+    checks.positive("clip", clip)
+    checks.positive_int("batch_size", batch_size)
+    checks.positive_int("steps", steps)
+    checks.positive_int("trials", trials)
+    checks.one_of("bug", bug, BUGS["dp_sgd"])
+    z_run, clip_run = {None: (noise_multiplier, clip), "noise/10": (noise_multiplier / 10, clip),
+                       "no-clip": (noise_multiplier / 1e4, clip * 1e4)}[bug]     # no-clip: the same noise z·C
+    model = softmax_regression()
+    cfg = LocalConfig(optimizer="sgd", lr=1.0, dp=True, clip=clip_run, noise_multiplier=z_run, per_sample=per_sample)
+    a = 10.0 * clip                                          # the canary's gradient norm ≈ 9.5·C before clipping
+    x = torch.zeros(2 * trials, steps, batch_size, 1, 28, 28)
+    x[:trials, :, 0, 0, 0, 0], x[trials:, :, 0, 0, 0, 0] = a, -a
+    y = torch.zeros(2 * trials, steps, batch_size, dtype=torch.long)
+    params = {k: v.unsqueeze(0).repeat(2 * trials, 1, 1) for k, v in model.init(None).items()}
+    trained, _ = local_train(model, cfg, params, init_state(params, cfg), x, y,
+                             client_generators(seed, 0, range(2 * trials)), chunk=256)
+    direction = torch.full((10,), 0.1)
+    direction[0] -= 1.0                                      # softmax − one-hot at the zero initialisation
+    scores = -(trained["fc.weight"][:, :, 0] @ (direction / direction.norm())).numpy()
+    return _row("DP-SGD (record level, PriFedSync clients)", bug, noise_multiplier, 2 * math.sqrt(steps) / noise_multiplier,
+                scores[:trials], scores[trials:], delta, alpha, steps=steps, batch=batch_size)
+
+
+def client_level_audit(noise_multiplier: float, *, bound: float = 1.0, per_layer: bool = False, layers: int = 4,
+                       clients: int = 10, trials: int = 1000, delta: float = 1e-5, alpha: float = 0.05,
+                       bug: str | None = None, seed: int = 0) -> dict:
+    """Audit (b) (module docstring): ``trials`` rounds with the canary client and as many without,
+    each through ``server.clip_updates`` and ``server.gaussian_mean``. Returns one row like
+    :func:`dp_sgd_audit`'s."""
+    checks.positive("noise_multiplier", noise_multiplier)
+    checks.positive("bound", bound)
+    checks.positive_int("layers", layers)
+    checks.positive_int("clients", clients)
+    checks.positive_int("trials", trials)
+    checks.one_of("bug", bug, BUGS["client_level"])
+    if bug == "one-layer-accounting" and not per_layer:
+        raise ValueError("bug 'one-layer-accounting' needs per_layer=True")
+    gen = torch.Generator().manual_seed(int(np.random.SeedSequence(seed).generate_state(1)[0]))
+    shapes = {f"layer{i}.weight": (16, 16) for i in range(layers)}
+    canary = {k: torch.randn(sh, generator=gen) for k, sh in shapes.items()}
+    scale = 10 * bound / math.sqrt(sum(float(v.pow(2).sum()) for v in canary.values()))
+    canary = {k: v * scale for k, v in canary.items()}
+    known, _ = server.clip_updates({k: v.unsqueeze(0).clone() for k, v in canary.items()}, bound, per_layer=per_layer)
+    z_run = noise_multiplier / 10 if bug == "noise/10" else noise_multiplier
+    clip_at = math.inf if bug == "no-clip" else bound
+    scores = []
+    for world in ("in", "out"):
+        for _ in range(trials):
+            updates = {k: torch.randn(clients, *sh, generator=gen) for k, sh in shapes.items()}
+            for k in updates:
+                updates[k][0] = canary[k] if world == "in" else 0.0
+            clipped, _ = server.clip_updates(updates, clip_at, per_layer=per_layer)
+            mean = server.gaussian_mean(clipped, bound, z_run, gen)
+            scores.append(float(sum((mean[k] * known[k][0]).sum() for k in shapes)))
+    claimed = 1 / event_multiplier(noise_multiplier, 1 if bug == "one-layer-accounting" else layers, per_layer)
+    return _row("client-level DP-FedAvg" + (" (per-layer clipping)" if per_layer else ""), bug, noise_multiplier,
+                claimed, scores[:trials], scores[trials:], delta, alpha, clients=clients, layers=layers)

@@ -1,0 +1,81 @@
+"""dpfl.audit: the bounds against exact binomial intervals and the Gaussian trade-off curve, their
+coverage on simulated scores, and the canary audits of the engine in both directions — below the
+claim on the mechanisms as built, above it on every planted bug."""
+import numpy as np
+import pytest
+from scipy import stats
+
+from dpfl.accounting import gdp
+from dpfl.audit.bounds import audit_scores, clopper_pearson_lower, clopper_pearson_upper, epsilon_from_rates, mu_from_rates
+from dpfl.audit.canaries import client_level_audit, dp_sgd_audit
+
+
+@pytest.mark.parametrize("k, n", [(0, 50), (7, 50), (50, 50), (480, 500)])
+def test_clopper_pearson_is_scipys_exact_interval(k, n):
+    low, high = stats.binomtest(k, n).proportion_ci(confidence_level=0.9, method="exact")
+    assert clopper_pearson_lower(k, n, 0.05) == pytest.approx(low, abs=1e-12)
+    assert clopper_pearson_upper(k, n, 0.05) == pytest.approx(high, abs=1e-12)
+
+
+@pytest.mark.parametrize("mu", [0.5, 1.0, 3.0])
+def test_rates_of_the_gaussian_mechanism_give_its_mu_and_never_more_than_its_epsilon(mu):
+    """At every threshold t the likelihood-ratio test of N(μ, 1) against N(0, 1) has TPR = Φ(μ − t),
+    FPR = Φ(−t): μ comes back exactly, and no test implies more than the exact ε(δ) of μ-GDP."""
+    for t in np.linspace(-2, mu + 4, 25):
+        tpr, fpr = stats.norm.cdf(mu - t), stats.norm.cdf(-t)
+        assert mu_from_rates(tpr, fpr) == pytest.approx(mu, abs=1e-9)
+        for delta in (1e-5, 1e-2):
+            assert epsilon_from_rates(tpr, fpr, delta) <= gdp.epsilon(mu, delta) + 1e-9
+
+
+def test_the_audit_bound_covers_the_truth_and_is_tight_with_many_trials():
+    mu = 1.0
+    above = 0
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        found = audit_scores(rng.normal(mu, 1, 400), rng.normal(0, 1, 400), 1e-5, alpha=0.05)
+        above += found["mu_lo"] > mu or found["eps_lo"] > gdp.epsilon(mu, 1e-5)
+    assert above <= 6                                  # 5 % of 40 is 2 expected; a broken bound fails most
+    rng = np.random.default_rng(99)
+    tight = audit_scores(rng.normal(mu, 1, 40_000), rng.normal(0, 1, 40_000), 1e-5)
+    assert 0.9 * mu <= tight["mu_lo"] <= mu
+
+
+def test_audit_input_is_checked():
+    with pytest.raises(ValueError, match="at least 20"):
+        audit_scores([1.0] * 5, [0.0] * 5, 1e-5)
+    with pytest.raises(ValueError, match=r"^delta\b"):
+        audit_scores([1.0] * 30, [0.0] * 30, 1.5)
+    with pytest.raises(ValueError, match=r"^bug\b"):
+        dp_sgd_audit(1.0, bug="typo")
+    with pytest.raises(ValueError, match="per_layer"):
+        client_level_audit(1.0, bug="one-layer-accounting")
+
+
+@pytest.mark.parametrize("per_sample", ["ghost", "full"])
+def test_dp_sgd_as_built_stays_below_its_claim_and_the_audit_is_not_loose(per_sample):
+    row = dp_sgd_audit(2.0, trials=800, per_sample=per_sample)
+    assert row["claimed μ"] == 1.0 and not row["exceeds claim"]
+    assert 0.5 <= row["μ bound / claim"] <= 1.0          # z = 2: replace-one μ = 2/z = 1 per step
+
+
+@pytest.mark.parametrize("bug", ["noise/10", "no-clip"])
+def test_dp_sgd_planted_bugs_are_caught(bug):
+    row = dp_sgd_audit(2.0, trials=400, bug=bug)
+    assert row["exceeds claim"] and row["μ lower bound"] > 2 * row["claimed μ"]
+
+
+def test_client_level_as_built_stays_below_its_claim_whole_model_and_per_layer():
+    flat = client_level_audit(1.0, trials=800)
+    per_layer = client_level_audit(1.0, per_layer=True, layers=4, trials=800)
+    assert flat["claimed μ"] == 1.0 and per_layer["claimed μ"] == 2.0      # z/√L for L = 4 tensors
+    for row in (flat, per_layer):
+        assert not row["exceeds claim"] and row["μ bound / claim"] >= 0.5
+
+
+@pytest.mark.parametrize("bug, per_layer", [("noise/10", False), ("no-clip", False), ("one-layer-accounting", True)])
+def test_client_level_planted_bugs_are_caught(bug, per_layer):
+    """``one-layer-accounting`` is the accounting bug fixed on 2026-11-22: per-layer clipping composed as
+    one tensor's release. The audit sees μ above the claim it made."""
+    row = client_level_audit(1.0, per_layer=per_layer, layers=4, trials=1000, bug=bug)
+    assert row["exceeds claim"] and row["μ lower bound"] > row["claimed μ"]
