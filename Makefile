@@ -13,7 +13,7 @@ PY          := $(VENV)/bin/python
 PROFILE     ?= paper
 DEVICE      ?= auto
 SEED        ?= 0
-PAPERS      := zheng2021 kim2021 aldaghri_fedhdp asoodeh2020 geyer2017
+PAPERS      := zheng2021 kim2021 aldaghri_fedhdp asoodeh2020 geyer2017 audits
 STAMP       := $(VENV)/.dpfl-installed
 # RAY_ADDRESS=auto (or ray://host:10001): the notebooks' training runs go to that Ray cluster
 RAY         := $(if $(RAY_ADDRESS),--ray $(RAY_ADDRESS),)
@@ -50,9 +50,11 @@ kim2021:         ## Kim, Günlü, Schaefer 2021, LDP trade-offs
 aldaghri_fedhdp: ## Aldaghri et al., FedHDP
 asoodeh2020:     ## Asoodeh & Calmon 2020, contraction of E_eps
 geyer2017:       ## Geyer, Klein, Nabi 2017, client-level DP
+audits:          ## empirical privacy audits of the engine's mechanisms (beyond the papers)
 
 test: $(STAMP) ## unit tests, cross-checks, notebook smoke runs (CPU, offline)
-	$(PY) -m pytest -n 2 --dist loadgroup --durations=10
+	$(PY) -m pytest -n 2 --durations=10 -m "not cluster"
+	$(PY) -m pytest -m cluster
 
 bench: $(STAMP) ## speed and memory benchmarks (ratios against a baseline in the same run)
 	$(PY) benchmarks/run.py

@@ -79,3 +79,19 @@ def test_client_level_planted_bugs_are_caught(bug, per_layer):
     one tensor's release. The audit sees μ above the claim it made."""
     row = client_level_audit(1.0, per_layer=per_layer, layers=4, trials=1000, bug=bug)
     assert row["exceeds claim"] and row["μ lower bound"] > row["claimed μ"]
+
+
+def test_the_notebooks_grid_and_its_bad_input():
+    from dpfl.experiments.audits import SETTINGS, AuditRun, grid
+
+    for profile in SETTINGS:
+        runs = grid(profile)
+        bugs = [r for r in runs if r.bug]
+        assert {r.bug for r in bugs} == {"noise/10", "no-clip", "one-layer-accounting"} and len(bugs) == 5
+        assert {r.mechanism for r in runs if not r.bug} == {"dp_sgd", "client_level", "client_level_per_layer"}
+    for kwargs, name in [(dict(mechanism="x"), "mechanism"), (dict(z=0.0), "z"), (dict(trials=0), "trials"),
+                         (dict(bug="typo"), "bug")]:
+        with pytest.raises(ValueError, match=rf"^{name}\b"):
+            AuditRun(**({"mechanism": "dp_sgd", "z": 1.0, "trials": 100} | kwargs))
+    with pytest.raises(ValueError, match="client_level_per_layer"):
+        AuditRun("client_level", 1.0, 100, "one-layer-accounting")

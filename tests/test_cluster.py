@@ -13,7 +13,9 @@ import pytest
 from dpfl import runs
 
 ray = pytest.importorskip("ray", reason="Ray is the optional extra dpfl[cluster]; make test installs it")
-pytestmark = pytest.mark.xdist_group("ray")          # one local cluster per test session (make test: --dist loadgroup)
+#: make test runs these after the rest, on an otherwise idle machine: Ray gives a local node a fixed 30 s
+#: to start, which a 2-core machine busy with two test workers can miss
+pytestmark = pytest.mark.cluster
 
 
 @dataclasses.dataclass(frozen=True)

@@ -53,10 +53,20 @@ class RayExecutor(Executor):
             checks.positive_int("num_cpus", num_cpus)
         self._ray, self._owner = ray, not ray.is_initialized()
         if self._owner:
-            ray.init(address=None if address == "local" else address, num_cpus=num_cpus,
-                     include_dashboard=False, log_to_driver=False,
-                     ignore_reinit_error=True)
+            self._connect(None if address == "local" else address, num_cpus)
         self._tasks: dict = {}
+
+    def _connect(self, address: str | None, num_cpus: int | None, attempts: int = 3) -> None:
+        """``ray.init``; a local cluster whose node misses Ray's fixed 30 s start-up window (a loaded
+        machine: seen on a 2-core one running two other jobs) is stopped and started again."""
+        for attempt in range(1, attempts + 1):
+            try:
+                self._ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+                return
+            except Exception as err:  # noqa: BLE001 — Ray raises a bare Exception for this
+                if address is not None or "timed out during startup" not in str(err) or attempt == attempts:
+                    raise
+                self._ray.shutdown()
 
     def submit(self, fn, /, *args, **kwargs) -> Future:
         """``fn(*args, **kwargs)`` as a Ray task; its resources from ``args[0]`` (:func:`resources`)."""

@@ -34,6 +34,7 @@ NOTEBOOKS = {
     "aldaghri_fedhdp": "aldaghri_fedhdp.ipynb",
     "asoodeh2020": "asoodeh2020_contraction.ipynb",
     "geyer2017": "geyer2017_client_level.ipynb",
+    "audits": "audits.ipynb",
 }
 
 #: Notebooks whose ``paper`` profile trains at the papers' scale (~10⁶ DP-SGD client steps per
