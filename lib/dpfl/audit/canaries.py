@@ -13,10 +13,13 @@ next to the guarantee the engine's accounting claims for what the audit observes
 (b) **Client-level DP-FedAvg** as ``ClientLevelDP`` runs a round (``server.clip_updates`` with a fixed
     bound S, whole-model or per layer, then ``server.gaussian_mean``). White-box canary client whose
     update is a fixed random direction of norm 10·S ("in") or zero ("out": the client sends nothing),
-    beside m − 1 clients with random updates. Score: the round's mean update projected on the canary's
+    beside m − 1 clients with random updates of norm ≈ S per tensor. Score: the round's mean update projected on the canary's
     clipped update (Andrew et al. 2024's statistic, with the canary known). Claimed μ for the round
     given the canary's inclusion: 1/z_event, the multiplier the engine accounts
     (``client_dp.event_multiplier``: z, or z/√L for L tensors clipped separately).
+(c) **Geyer et al.'s median bound**: (b) per layer with each tensor's bound the median of the round's
+    update norms (``server.median_bounds``), which the canary moves and nobody privatises; the claim is
+    the engine's, that of a fixed per-layer bound.
 
 ``bug`` plants a fault in the mechanism while the claim stays what the engine would account:
 ``"noise/10"`` (the noise multiplier divided by 10), ``"no-clip"`` (clipping disabled, the noise still
@@ -87,16 +90,19 @@ def dp_sgd_audit(noise_multiplier: float, *, clip: float = 1.0, batch_size: int 
 
 def client_level_audit(noise_multiplier: float, *, bound: float = 1.0, per_layer: bool = False, layers: int = 4,
                        clients: int = 10, trials: int = 1000, delta: float = 1e-5, alpha: float = 0.05,
-                       bug: str | None = None, seed: int = 0) -> dict:
+                       bug: str | None = None, median: bool = False, seed: int = 0) -> dict:
     """Audit (b) (module docstring): ``trials`` rounds with the canary client and as many without,
-    each through ``server.clip_updates`` and ``server.gaussian_mean``. Returns one row like
-    :func:`dp_sgd_audit`'s."""
+    each through ``server.clip_updates`` and ``server.gaussian_mean``. ``median``: audit (c), Geyer et
+    al.'s per-layer bound, the median of the round's update norms (``server.median_bounds``, not
+    privatised; ``per_layer`` is then implied) — the claim is the one the engine makes for it, that of a
+    fixed per-layer bound. Returns one row like :func:`dp_sgd_audit`'s."""
     checks.positive("noise_multiplier", noise_multiplier)
     checks.positive("bound", bound)
     checks.positive_int("layers", layers)
     checks.positive_int("clients", clients)
     checks.positive_int("trials", trials)
     checks.one_of("bug", bug, BUGS["client_level"])
+    per_layer = per_layer or median
     if bug == "one-layer-accounting" and not per_layer:
         raise ValueError("bug 'one-layer-accounting' needs per_layer=True")
     gen = torch.Generator().manual_seed(int(np.random.SeedSequence(seed).generate_state(1)[0]))
@@ -106,16 +112,19 @@ def client_level_audit(noise_multiplier: float, *, bound: float = 1.0, per_layer
     canary = {k: v * scale for k, v in canary.items()}
     known, _ = server.clip_updates({k: v.unsqueeze(0).clone() for k, v in canary.items()}, bound, per_layer=per_layer)
     z_run = noise_multiplier / 10 if bug == "noise/10" else noise_multiplier
-    clip_at = math.inf if bug == "no-clip" else bound
     scores = []
     for world in ("in", "out"):
         for _ in range(trials):
-            updates = {k: torch.randn(clients, *sh, generator=gen) for k, sh in shapes.items()}
+            # the other clients' updates: random, of norm ≈ S per tensor (so the median bound is ≈ S too)
+            updates = {k: torch.randn(clients, *sh, generator=gen) * (bound / math.sqrt(math.prod(sh)))
+                       for k, sh in shapes.items()}
             for k in updates:
                 updates[k][0] = canary[k] if world == "in" else 0.0
-            clipped, _ = server.clip_updates(updates, clip_at, per_layer=per_layer)
-            mean = server.gaussian_mean(clipped, bound, z_run, gen)
+            bounds = server.median_bounds(updates) if median else bound
+            clipped, _ = server.clip_updates(updates, math.inf if bug == "no-clip" else bounds, per_layer=per_layer)
+            mean = server.gaussian_mean(clipped, bounds, z_run, gen)
             scores.append(float(sum((mean[k] * known[k][0]).sum() for k in shapes)))
     claimed = 1 / event_multiplier(noise_multiplier, 1 if bug == "one-layer-accounting" else layers, per_layer)
-    return _row("client-level DP-FedAvg" + (" (per-layer clipping)" if per_layer else ""), bug, noise_multiplier,
+    name = " (Geyer's per-layer median bound)" if median else " (per-layer clipping)" if per_layer else ""
+    return _row("client-level DP-FedAvg" + name, bug, noise_multiplier,
                 claimed, scores[:trials], scores[trials:], delta, alpha, clients=clients, layers=layers)

@@ -4,15 +4,18 @@ a range of noise multipliers, and the planted bugs at one of them."""
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from dpfl import checks
 from dpfl.audit.canaries import BUGS, client_level_audit, dp_sgd_audit
 
 __all__ = ["MECHANISMS", "SETTINGS", "AuditRun", "grid"]
 
-#: name → (the audit, its keyword arguments): (a) DP-SGD; (b) client level, whole model and per layer (L = 4)
+#: name → (the audit, its keyword arguments): (a) DP-SGD; (b) client level, whole model and per layer (L = 4);
+#: (c) Geyer's per-layer median bound (L = 4)
 MECHANISMS = {"dp_sgd": (dp_sgd_audit, {}), "client_level": (client_level_audit, {}),
-              "client_level_per_layer": (client_level_audit, {"per_layer": True, "layers": 4})}
+              "client_level_per_layer": (client_level_audit, {"per_layer": True, "layers": 4}),
+              "geyer_median": (client_level_audit, {"median": True, "layers": 4})}
 
 #: runs a side per audit and the noise multipliers z of each profile (the bugs at ``bug_z``)
 SETTINGS = {
@@ -28,6 +31,9 @@ class AuditRun:
     """One canary audit: ``mechanism`` (a key of :data:`MECHANISMS`), noise multiplier ``z``, ``trials``
     runs a side, an optional planted ``bug``; its result is the audit's row (claim next to bounds)."""
 
+    #: 2: the other clients' updates of norm ≈ S per tensor (were ≈ 16·S); audit (c)
+    code_version: ClassVar[int] = 2
+
     mechanism: str
     z: float
     trials: int
@@ -39,8 +45,8 @@ class AuditRun:
         checks.positive("z", self.z)
         checks.positive_int("trials", self.trials)
         checks.one_of("bug", self.bug, BUGS["dp_sgd" if self.mechanism == "dp_sgd" else "client_level"])
-        if self.bug == "one-layer-accounting" and self.mechanism != "client_level_per_layer":
-            raise ValueError("bug 'one-layer-accounting' needs mechanism 'client_level_per_layer'")
+        if self.bug == "one-layer-accounting" and self.mechanism not in ("client_level_per_layer", "geyer_median"):
+            raise ValueError("bug 'one-layer-accounting' needs mechanism 'client_level_per_layer' or 'geyer_median'")
 
     def compute(self) -> dict:
         audit, kwargs = MECHANISMS[self.mechanism]
@@ -52,7 +58,8 @@ def grid(profile: str, seed: int = 0) -> list[AuditRun]:
     checks.one_of("profile", profile, SETTINGS)
     S = SETTINGS[profile]
     runs = [AuditRun("dp_sgd", z, S["trials"], seed=seed) for z in S["z"]]
-    runs += [AuditRun(m, z, S["trials"], seed=seed) for m in ("client_level", "client_level_per_layer") for z in S["client_z"]]
+    runs += [AuditRun(m, z, S["trials"], seed=seed) for m in ("client_level", "client_level_per_layer", "geyer_median")
+             for z in S["client_z"]]
     runs += [AuditRun("dp_sgd", S["bug_z"], S["trials"], bug, seed) for bug in BUGS["dp_sgd"][1:]]
     runs += [AuditRun("client_level", S["client_bug_z"], S["trials"], bug, seed) for bug in ("noise/10", "no-clip")]
     runs += [AuditRun("client_level_per_layer", S["client_bug_z"], S["trials"], "one-layer-accounting", seed)]
