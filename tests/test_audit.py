@@ -87,8 +87,9 @@ def test_the_notebooks_grid_and_its_bad_input():
     for profile in SETTINGS:
         runs = grid(profile)
         bugs = [r for r in runs if r.bug]
-        assert {r.bug for r in bugs} == {"noise/10", "no-clip", "one-layer-accounting"} and len(bugs) == 5
-        assert {r.mechanism for r in runs if not r.bug} == {"dp_sgd", "client_level", "client_level_per_layer", "geyer_median"}
+        assert {r.bug for r in bugs} == {"noise/10", "no-clip", "one-layer-accounting"} and len(bugs) == 6
+        assert {r.mechanism for r in runs if not r.bug} == {"dp_sgd", "client_level", "client_level_per_layer", "geyer_median",
+                                                            "fedhdp_private", "fedhdp_opted_out"}
     for kwargs, name in [(dict(mechanism="x"), "mechanism"), (dict(z=0.0), "z"), (dict(trials=0), "trials"),
                          (dict(bug="typo"), "bug")]:
         with pytest.raises(ValueError, match=rf"^{name}\b"):
@@ -103,3 +104,14 @@ def test_geyers_median_bound_audited_against_the_fixed_bound_claim():
     row = client_level_audit(1.0, median=True, layers=4, trials=800)
     assert row["mechanism"].endswith("(Geyer's per-layer median bound)") and row["claimed μ"] == 2.0
     assert 0.3 <= row["μ bound / claim"] <= 1.0
+
+
+def test_fedhdp_groups_are_audited_separately():
+    """(d): the private group's canary stays below its group's claim (μ = 1/z), the opted-out group's is
+    as visible as the runs allow (no privacy claimed), and noise ÷ 10 in the private group is caught."""
+    from dpfl.audit.canaries import fedhdp_audit
+
+    private, opted_out = fedhdp_audit(1.0, group=1, trials=800), fedhdp_audit(1.0, group=0, trials=800)
+    assert private["claimed μ"] == 1.0 and not private["exceeds claim"] and private["μ bound / claim"] >= 0.5
+    assert opted_out["claimed μ"] == float("inf") and opted_out["μ lower bound"] > 3
+    assert fedhdp_audit(1.0, group=1, trials=800, bug="noise/10")["exceeds claim"]

@@ -17,6 +17,11 @@ next to the guarantee the engine's accounting claims for what the audit observes
     clipped update (Andrew et al. 2024's statistic, with the canary known). Claimed μ for the round
     given the canary's inclusion: 1/z_event, the multiplier the engine accounts
     (``client_dp.event_multiplier``: z, or z/√L for L tensors clipped separately).
+(d) **FedHDP's two groups** as ``FedHDP`` aggregates a round (Aldaghri et al., Alg. 2): the private
+    group's mean through ``server.clip_updates`` and ``server.gaussian_mean``, the opted-out group's
+    plain ``server.fedavg``, then ``server.two_step`` with the ratio r; a canary client in one group,
+    audited on the global step. Claimed: μ = 1/z for the private group's event (``fedhdp``'s
+    accountant ``group1``; the step's weighting is post-processing), none for the opted-out group.
 (c) **Geyer et al.'s median bound**: (b) per layer with each tensor's bound the median of the round's
     update norms (``server.median_bounds``), which the canary moves and nobody privatises; the claim is
     the engine's, that of a fixed per-layer bound.
@@ -42,15 +47,17 @@ from dpfl.federated.client_dp import event_multiplier
 from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train
 from dpfl.models import softmax_regression
 
-__all__ = ["BUGS", "dp_sgd_audit", "client_level_audit"]
+__all__ = ["BUGS", "dp_sgd_audit", "client_level_audit", "fedhdp_audit"]
 
 #: the planted faults each audit accepts
-BUGS = {"dp_sgd": (None, "noise/10", "no-clip"), "client_level": (None, "noise/10", "no-clip", "one-layer-accounting")}
+BUGS = {"dp_sgd": (None, "noise/10", "no-clip"), "client_level": (None, "noise/10", "no-clip", "one-layer-accounting"),
+        "fedhdp": (None, "noise/10")}
 
 
 def _row(mechanism, bug, z, claimed_mu, scores_in, scores_out, delta, alpha, **setting) -> dict:
+    """The audit's row; ``claimed_mu = inf``: the mechanism claims no privacy (FedHDP's opted-out group)."""
     found = audit_scores(scores_in, scores_out, delta, alpha)
-    claimed_eps = gdp.epsilon(claimed_mu, delta)
+    claimed_eps = gdp.epsilon(claimed_mu, delta) if math.isfinite(claimed_mu) else math.inf
     return {"mechanism": mechanism, "bug": bug or "none", "z": z, **setting, "trials per side": len(scores_in),
             "claimed μ": claimed_mu, "μ lower bound": found["mu_lo"], f"claimed ε(δ={delta:g})": claimed_eps,
             "ε lower bound": found["eps_lo"], "μ bound / claim": found["mu_lo"] / claimed_mu,
@@ -128,3 +135,36 @@ def client_level_audit(noise_multiplier: float, *, bound: float = 1.0, per_layer
     name = " (Geyer's per-layer median bound)" if median else " (per-layer clipping)" if per_layer else ""
     return _row("client-level DP-FedAvg" + name, bug, noise_multiplier,
                 claimed, scores[:trials], scores[trials:], delta, alpha, clients=clients, layers=layers)
+
+
+def fedhdp_audit(noise_multiplier: float, *, group: int = 1, ratio: float = 0.5, clients: int = 10, bound: float = 1.0,
+                 trials: int = 1000, delta: float = 1e-5, alpha: float = 0.05, bug: str | None = None,
+                 seed: int = 0) -> dict:
+    """Audit (d) (module docstring): ``clients`` clients in each of FedHDP's two groups (0: opted out,
+    no noise; 1: private, multiplier z, fixed bound S), the canary client in ``group``. Returns one
+    row like :func:`dp_sgd_audit`'s; the opted-out group's claimed μ is ∞ (no privacy is claimed)."""
+    checks.positive("noise_multiplier", noise_multiplier)
+    checks.one_of("group", group, (0, 1))
+    checks.in_range("ratio", ratio, 0, 1, lo_open=True)
+    checks.positive_int("clients", clients)
+    checks.positive("bound", bound)
+    checks.positive_int("trials", trials)
+    checks.one_of("bug", bug, BUGS["fedhdp"])
+    gen = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, 4]).generate_state(1)[0]))
+    shape = (16, 16)
+    canary = torch.randn(shape, generator=gen)
+    canary = canary * (10 * bound / canary.norm())
+    known = canary * (bound / canary.norm()) if group == 1 else canary
+    z_run = noise_multiplier / 10 if bug == "noise/10" else noise_multiplier
+    scores = []
+    for world in ("in", "out"):
+        for _ in range(trials):
+            updates = [{"w": torch.randn(clients, *shape, generator=gen) * (bound / 16)} for _ in range(2)]
+            updates[group]["w"][0] = canary if world == "in" else 0.0
+            clipped, _ = server.clip_updates(updates[1], bound)
+            means = [server.fedavg(updates[0]), server.gaussian_mean(clipped, bound, z_run, gen)]
+            step = server.two_step(means, [clients, clients], [1.0, ratio])
+            scores.append(float((step["w"] * known).sum()))
+    claimed = 1 / noise_multiplier if group == 1 else math.inf
+    return _row(f"FedHDP, canary in the {'private' if group else 'opted-out'} group", bug, noise_multiplier, claimed,
+                scores[:trials], scores[trials:], delta, alpha, clients=clients, ratio=ratio)

@@ -7,15 +7,16 @@ import dataclasses
 from typing import ClassVar
 
 from dpfl import checks
-from dpfl.audit.canaries import BUGS, client_level_audit, dp_sgd_audit
+from dpfl.audit.canaries import BUGS, client_level_audit, dp_sgd_audit, fedhdp_audit
 
 __all__ = ["MECHANISMS", "SETTINGS", "AuditRun", "grid"]
 
 #: name → (the audit, its keyword arguments): (a) DP-SGD; (b) client level, whole model and per layer (L = 4);
-#: (c) Geyer's per-layer median bound (L = 4)
+#: (c) Geyer's per-layer median bound (L = 4); (d) FedHDP, the canary in the private or the opted-out group
 MECHANISMS = {"dp_sgd": (dp_sgd_audit, {}), "client_level": (client_level_audit, {}),
               "client_level_per_layer": (client_level_audit, {"per_layer": True, "layers": 4}),
-              "geyer_median": (client_level_audit, {"median": True, "layers": 4})}
+              "geyer_median": (client_level_audit, {"median": True, "layers": 4}),
+              "fedhdp_private": (fedhdp_audit, {"group": 1}), "fedhdp_opted_out": (fedhdp_audit, {"group": 0})}
 
 #: runs a side per audit and the noise multipliers z of each profile (the bugs at ``bug_z``)
 SETTINGS = {
@@ -44,7 +45,8 @@ class AuditRun:
         checks.one_of("mechanism", self.mechanism, MECHANISMS)
         checks.positive("z", self.z)
         checks.positive_int("trials", self.trials)
-        checks.one_of("bug", self.bug, BUGS["dp_sgd" if self.mechanism == "dp_sgd" else "client_level"])
+        family = "dp_sgd" if self.mechanism == "dp_sgd" else "fedhdp" if self.mechanism.startswith("fedhdp") else "client_level"
+        checks.one_of("bug", self.bug, BUGS[family])
         if self.bug == "one-layer-accounting" and self.mechanism not in ("client_level_per_layer", "geyer_median"):
             raise ValueError("bug 'one-layer-accounting' needs mechanism 'client_level_per_layer' or 'geyer_median'")
 
@@ -58,9 +60,11 @@ def grid(profile: str, seed: int = 0) -> list[AuditRun]:
     checks.one_of("profile", profile, SETTINGS)
     S = SETTINGS[profile]
     runs = [AuditRun("dp_sgd", z, S["trials"], seed=seed) for z in S["z"]]
-    runs += [AuditRun(m, z, S["trials"], seed=seed) for m in ("client_level", "client_level_per_layer", "geyer_median")
-             for z in S["client_z"]]
+    runs += [AuditRun(m, z, S["trials"], seed=seed) for m in ("client_level", "client_level_per_layer", "geyer_median",
+                                                               "fedhdp_private") for z in S["client_z"]]
+    runs += [AuditRun("fedhdp_opted_out", S["client_bug_z"], S["trials"], seed=seed)]
     runs += [AuditRun("dp_sgd", S["bug_z"], S["trials"], bug, seed) for bug in BUGS["dp_sgd"][1:]]
     runs += [AuditRun("client_level", S["client_bug_z"], S["trials"], bug, seed) for bug in ("noise/10", "no-clip")]
     runs += [AuditRun("client_level_per_layer", S["client_bug_z"], S["trials"], "one-layer-accounting", seed)]
+    runs += [AuditRun("fedhdp_private", S["client_bug_z"], S["trials"], "noise/10", seed)]
     return runs
