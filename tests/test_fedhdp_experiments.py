@@ -1,6 +1,9 @@
 """FedHDP's experiments (experiments.aldaghri_fedhdp_fl): the datasets as §5.1 describes them, the four
 rows as configurations of one engine, the paper's selection rule and the paired headline comparisons."""
+import dataclasses
+
 import numpy as np
+import torch
 import pandas as pd
 import pytest
 
@@ -138,3 +141,45 @@ def test_every_profile_builds_runs_whose_data_arguments_fit_the_datasets():
             assert set(dict(config.data)) <= {"clients", "samples", "validation", "test", "least"}
     smoke = fl.validation_grid("smoke")[0]
     assert smoke.federation().data.num_clients == fl.SETTINGS["smoke"]["mnist"]["clients"]
+
+
+def test_iid_clients_are_random_disjoint_samples_and_not_in_the_papers_grid():
+    fed = fl.federation("iid_mnist", "validation", **SMALL)
+    fd = fed.data
+    every = np.concatenate([fd.clients[k] for k in range(fd.num_clients)] + list(fd.test_clients))
+    assert np.unique(every).size == every.size                             # disjoint, validation held out
+    assert np.mean([np.unique(fd.train_y[ix].numpy()).size for ix in fd.clients]) > 8   # many digits per client
+    assert "iid_mnist" not in fl.SETTINGS["paper"]["datasets"] and fl.PAPER_DATASETS == fl.SETTINGS["paper"]["datasets"]
+
+
+def test_the_variance_probe_measures_what_the_theory_calls_a_and_b_and_changes_nothing(noniid):
+    fed = noniid["validation"]
+    cfg, plain = _run("FedHDP", fed, r=0.5)
+    probe = fl.RatioProbe(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
+    algorithm = cfg.algorithm_for(fed)
+    probed_algorithm = fl._Variances(algorithm.model, algorithm.cfg, algorithm.groups, server_test=algorithm.server_test,
+                                     cohorts=algorithm.cohorts)
+    probed = run(probed_algorithm, fed.data, progress=False)
+    pd.testing.assert_frame_equal(probed[plain.columns].drop(columns="seconds"), plain.drop(columns="seconds"))
+    assert "var_1" in probed and probe.algorithm == "FedHDP"
+    # the hook against a plain loop: within-group variance (trace) plus the mean's noise spread over n clients
+    rng = np.random.default_rng(0)
+    updates = {"a": torch.as_tensor(rng.normal(size=(5, 3, 2))), "b": torch.as_tensor(rng.normal(size=(5, 4)))}
+    flat = np.concatenate([updates["a"].numpy().reshape(5, -1), updates["b"].numpy()], axis=1)
+    expected = sum(np.sum((flat[k] - flat.mean(0)) ** 2) for k in range(5)) / 4 + 5 * 10 * 0.3 ** 2
+    assert probed_algorithm.inspect_group(1, updates, 0.3)["var_1"] == pytest.approx(expected, rel=1e-12)
+    assert probed_algorithm.inspect_group(0, {k: v[:1] for k, v in updates.items()}, 0.0) == {}
+    with pytest.raises(ValueError, match="RatioProbe runs FedHDP"):
+        fl.RatioProbe(dataset="noniid_mnist", algorithm="DP-FedAvg+Ditto", lam_np=0.5, lam_p=0.5)
+
+
+def test_measured_ratio_is_a_over_b_over_the_rounds_that_measured_both():
+    metrics = pd.DataFrame({"round": [1, 2, 3, 4], "var_0": [1.0, np.nan, 2.0, 3.0], "var_1": [10.0, 5.0, 10.0, 10.0]})
+    m = fl.measured_ratio(metrics)
+    assert m["rounds measured"] == 3 and m["r* (median)"] == pytest.approx(0.2)
+    assert m["r* q25"] == pytest.approx(0.15) and m["r* q75"] == pytest.approx(0.25)
+    assert fl.measured_ratio(metrics.drop(columns="var_0"))["rounds measured"] == 0
+    selected = pd.DataFrame([{"dataset": "iid_mnist", "algorithm": "FedHDP", "r": 0.0}])
+    config = fl.RatioProbe(dataset="iid_mnist", algorithm="FedHDP", lam_np=0.5, lam_p=0.5, r=0.0)
+    table = fl.ratio_check(selected, [(config, metrics)], (0.0, 0.25, 0.5))
+    assert table.loc[0, "grid value nearest r*"] == 0.25 and table.loc[0, "r (grid search)"] == 0.0

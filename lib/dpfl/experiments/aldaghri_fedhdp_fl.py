@@ -20,6 +20,7 @@ from typing import ClassVar
 
 import numpy as np
 import pandas as pd
+import torch
 
 from dpfl import checks
 from dpfl.data import load_dataset, partition
@@ -31,8 +32,9 @@ from dpfl.federated.sampling import PoissonClients
 from dpfl.federated.schedule import LearningRate
 from dpfl.models import FEMNIST_CNN, fedhdp_mlp
 
-__all__ = ["OPT_OUT", "SKEWED_DIGIT", "TABLE7", "HEADLINES", "DATASETS", "ALGORITHMS", "SETTINGS", "Federation",
-           "federation", "FedHDPRun", "outcome", "validation_grid", "select", "final_runs", "summary", "headlines"]
+__all__ = ["OPT_OUT", "SKEWED_DIGIT", "TABLE7", "HEADLINES", "DATASETS", "PAPER_DATASETS", "ALGORITHMS", "SETTINGS", "Federation",
+           "federation", "FedHDPRun", "outcome", "validation_grid", "select", "final_runs", "summary", "headlines",
+           "RatioProbe", "measured_ratio", "ratio_grid", "ratio_probes", "ratio_check"]
 
 #: The fraction of clients who opt out of DP in every experiment (§5.2)
 OPT_OUT = 0.05
@@ -50,7 +52,10 @@ TABLE7 = {
 #: DP-FedAvg+Ditto, and the largest gap Δ_l in personalised accuracy (non-private − private)
 HEADLINES = {"gain": 9.27, "gap": 3.49}
 #: dataset → (Table 7's column, whether it is built from the LEAF FEMNIST subset)
-DATASETS = {"noniid_mnist": "mnist", "skewed_mnist": "mnist", "fmnist": "fmnist", "femnist": "femnist"}
+DATASETS = {"noniid_mnist": "mnist", "skewed_mnist": "mnist", "fmnist": "fmnist", "femnist": "femnist",
+            "iid_mnist": "mnist"}
+#: The paper's four datasets (``iid_mnist``, beyond the paper, is where the theory's r* applies: :func:`ratio_grid`)
+PAPER_DATASETS = ("noniid_mnist", "skewed_mnist", "fmnist", "femnist")
 #: The paper's rows: name → how FedHDP is configured (one group for the two baselines that treat
 #: every client alike; r = 1 is HDP-FedAvg)
 ALGORITHMS = ("Non-Private+Ditto", "DP-FedAvg+Ditto", "HDP-FedAvg+Ditto", "FedHDP")
@@ -67,7 +72,7 @@ SETTINGS = {
                   mnist=dict(clients=500, samples=100, validation=20, test=50, q=0.1),
                   femnist=dict(q=0.3, least=40), rounds=40, epochs=2, lams=(0.1, 1.0), rs=(0.0, 0.25, 0.5),
                   seeds=(0, 1, 2)),
-    "paper": dict(datasets=tuple(DATASETS), mnist=dict(clients=500, samples=100, validation=20, test=50, q=0.1),
+    "paper": dict(datasets=PAPER_DATASETS, mnist=dict(clients=500, samples=100, validation=20, test=50, q=0.1),
                   femnist=dict(q=0.3, least=40), rounds=200, epochs=None, lams=(0.05, 0.2, 1.0),
                   rs=(0.0, 0.1, 0.25, 0.5, 0.75), seeds=(0, 1, 2)),
 }
@@ -93,13 +98,15 @@ def federation(dataset: str, evaluation: str, *, data_seed: int = 0, data_dir=No
     the whole test set; FEMNIST: each writer's test split, the server's set their union).
 
     non-IID MNIST (§5.1): ``clients`` clients of ``samples`` images of one digit; 5 % chosen at random
-    opt out; skewed: the opting-out clients all hold :data:`SKEWED_DIGIT`. ``fmnist``/``femnist``: one
+    opt out; skewed: the opting-out clients all hold :data:`SKEWED_DIGIT`; ``iid_mnist`` (not the paper's):
+    ``samples`` images drawn at random, every client alike. ``fmnist``/``femnist``: one
     client per writer with at least ``least`` training images (digits only for ``fmnist``)."""
     checks.one_of("dataset", dataset, tuple(DATASETS))
     checks.one_of("evaluation", evaluation, ("validation", "test"))
     rng = np.random.default_rng(np.random.SeedSequence([int(data_seed), 2110, 15252]))
     if DATASETS[dataset] == "mnist":
-        return _mnist(dataset == "skewed_mnist", evaluation, rng, data_dir, clients, samples, validation, test)
+        return _mnist(dataset == "skewed_mnist", dataset == "iid_mnist", evaluation, rng, data_dir, clients, samples,
+                      validation, test)
     return _writers(dataset, evaluation, rng, data_dir, least)
 
 
@@ -121,12 +128,14 @@ def _hold_out(clients: list, size, rng) -> tuple[list, list]:
     return fit, held
 
 
-def _mnist(skewed, evaluation, rng, data_dir, clients, samples, validation, test) -> Federation:
+def _mnist(skewed, iid, evaluation, rng, data_dir, clients, samples, validation, test) -> Federation:
     train, test_set = load_dataset("mnist", "train", data_dir), load_dataset("mnist", "test", data_dir)
     labels = train.y.numpy()
     cohorts = _opt_outs(clients, rng)
     if skewed:
         parts = partition.skewed(labels, clients, samples, np.flatnonzero(cohorts == 0), SKEWED_DIGIT, rng)
+    elif iid:
+        parts = [np.sort(ix) for ix in np.split(rng.permutation(labels.size)[:clients * samples], clients)]
     else:
         parts = partition.one_label(labels, clients, samples, rng)
     fit, held = _hold_out(parts, validation, rng)
@@ -335,6 +344,84 @@ def headlines(outcomes: pd.DataFrame) -> pd.DataFrame:
             se = values.std(ddof=1) / np.sqrt(len(values)) if len(values) > 1 else np.nan
             rows.append({"dataset": dataset, "comparison": name, "ours": values.mean(), "s.e.": se,
                          "paper (up to)": paper, "seeds": len(values)})
+    return pd.DataFrame(rows)
+
+
+class _Variances(FedHDP):
+    """FedHDP recording, per round and group l, the spread of what the server averages: ``var_l`` =
+    Σ_k ‖Δ_k − Δ̄_l‖² / (N_l − 1) over the group's (clipped) updates plus N_l · d · s², the variance of the
+    group mean's noise (std s per coordinate) spread over its N_l clients — the theory's per-client
+    update variance (A for the non-private group, B for the private one; docs/aldaghri_fedhdp.md §4,
+    "r* measured on a run"). A round with fewer than two clients in a group has no reading for it."""
+
+    def inspect_group(self, group: int, updates: dict, noise_std: float) -> dict:
+        flat = torch.cat([v.flatten(1) for v in updates.values()], dim=1).double()
+        n, d = flat.shape
+        if n < 2:
+            return {}
+        within = float((flat - flat.mean(0)).pow(2).sum()) / (n - 1)
+        return {f"var_{group}": within + n * d * noise_std ** 2}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RatioProbe(FedHDPRun):
+    """A FedHDP run (:class:`FedHDPRun`'s fields) whose rows also carry each group's update variance
+    (``var_0`` = A, ``var_1`` = B; :class:`_Variances`): the theory's r* = A/B measured on the run."""
+
+    code_version: ClassVar[int] = 1
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.algorithm != "FedHDP":
+            raise ValueError("a RatioProbe runs FedHDP (two groups); got algorithm " + repr(self.algorithm))
+
+    def compute(self) -> pd.DataFrame:
+        fed = self.federation()
+        base = self.algorithm_for(fed)
+        probe = _Variances(base.model, base.cfg, base.groups, server_test=base.server_test, cohorts=base.cohorts)
+        return self.train(probe, fed.data)
+
+
+def measured_ratio(metrics: pd.DataFrame) -> dict:
+    """r*_t = A_t / B_t (Aldaghri et al., Lemma 6: r* = A/B) in every round where both groups had two
+    clients or more: its median, quartiles and how many rounds gave one (NaN when none did)."""
+    ratio = np.array([])
+    if {"var_0", "var_1"} <= set(metrics.columns):
+        both = metrics.dropna(subset=["var_0", "var_1"])
+        ratio = (both["var_0"] / both["var_1"]).to_numpy()
+    if ratio.size == 0:
+        return {"r* (median)": np.nan, "r* q25": np.nan, "r* q75": np.nan, "rounds measured": 0}
+    q25, q50, q75 = np.quantile(ratio, [0.25, 0.5, 0.75])
+    return {"r* (median)": q50, "r* q25": q25, "r* q75": q75, "rounds measured": int(ratio.size)}
+
+
+def ratio_grid(profile: str, *, seed: int = 0, **placement) -> list[FedHDPRun]:
+    """FedHDP at every r of the profile's grid on ``iid_mnist`` (validation sets, the first λ: λ does not
+    change the global model): the grid search where the theory's assumption — every client's update
+    an unbiased, independent estimate of one mean — approximately holds."""
+    s = SETTINGS[checks.one_of("profile", profile, tuple(SETTINGS))]
+    common = _common(profile, "iid_mnist", data_seed=seed, **placement)
+    return [FedHDPRun(algorithm="FedHDP", r=r, lam_np=s["lams"][0], lam_p=s["lams"][0], **common) for r in s["rs"]]
+
+
+def ratio_probes(selected: pd.DataFrame, profile: str, *, seed: int = 0, **placement) -> list[RatioProbe]:
+    """Per dataset, FedHDP at its selected (r, λ) on the validation sets, recording A and B."""
+    rows = selected[selected.algorithm == "FedHDP"]
+    return [RatioProbe(algorithm="FedHDP", r=float(row.r), lam_np=float(row.lam_np), lam_p=float(row.lam_p),
+                       **_common(profile, row.dataset, data_seed=seed, **placement)) for row in rows.itertuples()]
+
+
+def ratio_check(selected: pd.DataFrame, probes: list, grid) -> pd.DataFrame:
+    """The grid-searched r next to the r* measured on the same configuration (``probes``: (config,
+    metrics) pairs), and the grid value nearest r* (the paper's claim: the search lands near r*)."""
+    grid = np.asarray(sorted(grid), dtype=float)
+    rows = []
+    for config, metrics in probes:
+        m = measured_ratio(metrics)
+        chosen = float(selected.set_index(["dataset", "algorithm"]).loc[(config.dataset, "FedHDP"), "r"])
+        nearest = grid[np.argmin(np.abs(grid - m["r* (median)"]))] if m["rounds measured"] else np.nan
+        rows.append({"dataset": config.dataset, "r (grid search)": chosen, **m, "grid value nearest r*": nearest,
+                     "r grid": ", ".join(f"{r:g}" for r in grid)})
     return pd.DataFrame(rows)
 
 

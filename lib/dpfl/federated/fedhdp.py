@@ -135,12 +135,15 @@ class FedHDP(Algorithm):
                 continue
             group_updates = {k: v[members] for k, v in updates.items()}
             if cfg.noise_multipliers[l] > 0:
-                clipped, norms = server.clip_updates(group_updates, state["bounds"][l], inplace=True)
-                means.append(server.gaussian_mean(clipped, state["bounds"][l], self.z_update[l], noise_gen))
-                row[f"clip_{l}"] = state["bounds"][l]
-                state["bounds"][l] = cfg.next_bound(norms, state["bounds"][l], self.count_std[l], noise_gen)
+                bound = state["bounds"][l]
+                clipped, norms = server.clip_updates(group_updates, bound, inplace=True)
+                means.append(server.gaussian_mean(clipped, bound, self.z_update[l], noise_gen))
+                row[f"clip_{l}"] = bound
+                row |= self.inspect_group(l, clipped, self.z_update[l] * bound / counts[-1])
+                state["bounds"][l] = cfg.next_bound(norms, bound, self.count_std[l], noise_gen)
             else:
                 means.append(server.fedavg(group_updates))
+                row |= self.inspect_group(l, group_updates, 0.0)
         anchor = global_                                      # the w_t the clients received
         if any(c * ratio > 0 for c, ratio in zip(counts, cfg.ratios)):
             step = server.two_step(means, counts, cfg.ratios)
@@ -156,6 +159,13 @@ class FedHDP(Algorithm):
                         [gens[i] for i in pos], lam=cfg.lams[l], lr=cfg.personal_lr)
             put(state["personal"], idx, new)
         return row | self._evaluate_global()
+
+    def inspect_group(self, group: int, updates: dict, noise_std: float) -> dict:
+        """Extra columns of the round's row from group ``group``'s updates as the server averages them
+        (stacked, clipped for a private group) and the std ``noise_std`` of the noise added to their
+        mean, per coordinate (0 for a non-private group); none here. A paper's reading of the run
+        subclasses it (``dpfl.experiments.aldaghri_fedhdp_fl``: the variances behind r*)."""
+        return {}
 
     def _evaluate_global(self) -> dict:
         """The global model, every round: on the server test set and on each cohort's test sets."""
