@@ -87,15 +87,24 @@ def test_the_notebooks_grid_and_its_bad_input():
     for profile in SETTINGS:
         runs = grid(profile)
         bugs = [r for r in runs if r.bug]
-        assert {r.bug for r in bugs} == {"noise/10", "no-clip", "one-layer-accounting"} and len(bugs) == 6
+        assert {r.bug for r in bugs} == {"noise/10", "no-clip", "one-layer-accounting", "realised-denominator",
+                                         "realised-count"}
+        assert len(bugs) == 8
         assert {r.mechanism for r in runs if not r.bug} == {"dp_sgd", "client_level", "client_level_per_layer", "geyer_median",
-                                                            "fedhdp_private", "fedhdp_opted_out"}
+                                                            "client_level_poisson", "fedhdp_private", "fedhdp_opted_out",
+                                                            "adaptive_clip", "adaptive_clip_skewed"}
     for kwargs, name in [(dict(mechanism="x"), "mechanism"), (dict(z=0.0), "z"), (dict(trials=0), "trials"),
                          (dict(bug="typo"), "bug")]:
         with pytest.raises(ValueError, match=rf"^{name}\b"):
             AuditRun(**({"mechanism": "dp_sgd", "z": 1.0, "trials": 100} | kwargs))
     with pytest.raises(ValueError, match="client_level_per_layer"):
         AuditRun("client_level", 1.0, 100, "one-layer-accounting")
+    with pytest.raises(ValueError, match="client_level_poisson"):
+        AuditRun("client_level", 1.0, 100, "realised-denominator")
+    with pytest.raises(ValueError, match="poisson"):
+        client_level_audit(1.0, poisson=True, per_layer=True)
+    with pytest.raises(ValueError, match="^bug"):
+        AuditRun("adaptive_clip", 1.0, 100, "noise/10")
 
 
 def test_geyers_median_bound_audited_against_the_fixed_bound_claim():
@@ -115,3 +124,31 @@ def test_fedhdp_groups_are_audited_separately():
     assert private["claimed μ"] == 1.0 and not private["exceeds claim"] and private["μ bound / claim"] >= 0.5
     assert opted_out["claimed μ"] == float("inf") and opted_out["μ lower bound"] > 3
     assert fedhdp_audit(1.0, group=1, trials=800, bug="noise/10")["exceeds claim"]
+
+
+def test_a_poisson_round_is_audited_with_one_client_fewer_and_the_realised_denominator_is_caught():
+    """(e): add/remove-one with the other clients aligned against the canary. Dividing by the expected
+    count keeps the canary below the claim μ = 1/z; dividing by the realised count (the engine before
+    2026-11-24, which FedHDP's private group and Poisson DP-FedAvg used) lets one client move the mean by
+    2S/m, and the audit sees μ above the claim."""
+    built = client_level_audit(1.0, poisson=True, trials=1500)
+    assert built["claimed μ"] == 1.0 and not built["exceeds claim"] and built["μ bound / claim"] >= 0.6
+    bug = client_level_audit(1.0, poisson=True, trials=1500, bug="realised-denominator")
+    assert bug["exceeds claim"] and bug["μ lower bound"] > 1.3 * bug["claimed μ"]
+
+
+def test_adaptive_clippings_mean_and_count_audited_together_and_the_old_count_is_caught():
+    """(f): the noised mean and the noised fraction under the bound, scored together by their likelihood
+    ratio, stay below the claim μ = 1/z with z⁻² = z_Δ⁻² + (2σ_b)⁻², whether half or all of the other
+    clients are under the bound; the count before 2026-11-24 (not recentred, divided by the realised
+    number of clients) moves by a whole client when all others are under the bound, and is caught."""
+    from dpfl.audit.canaries import adaptive_clip_audit
+
+    for below in (0.5, 1.0):
+        built = adaptive_clip_audit(1.0, below=below, trials=1500)
+        assert built["claimed μ"] == 1.0 and not built["exceeds claim"] and built["μ bound / claim"] >= 0.6
+    bug = adaptive_clip_audit(1.0, below=1.0, trials=1500, bug="realised-count")
+    assert bug["exceeds claim"] and bug["μ lower bound"] > 1.2 * bug["claimed μ"]
+    for kwargs, name in [(dict(count_share=1.0), "count_share"), (dict(below=1.5), "below"), (dict(bug="no-clip"), "bug")]:
+        with pytest.raises(ValueError, match=rf"^{name}\b"):
+            adaptive_clip_audit(1.0, **kwargs)

@@ -14,6 +14,7 @@ from dpfl.accounting import calibrate, composition, gaussian, gdp, rdp
 from dpfl.accounting._solve import smallest_meeting
 from dpfl.accounting.accountant import GUARANTEES, Accountant, GaussianEvent, SampledGaussianEvent
 from dpfl.data.federated import FederatedDataset
+from dpfl.federated import server
 from dpfl.federated.client_dp import ClientDPConfig, ClientLevelDP
 from dpfl.federated.engine import PriFedSync, RoundConfig
 from dpfl.federated.loop import run
@@ -174,6 +175,44 @@ def test_samplers_name_the_event_of_their_neighbouring_relation():
         batch_event(2.0, 16, 600, "shuffle")
     with pytest.raises(ValueError, match="fdp"):
         Accountant("fdp").compose(SampledGaussianEvent(1.0, 0.1, "poisson"))
+
+
+# -- 9. under Poisson sampling a noised sum is divided by a public number, not the realised count -----
+
+def _aligned_round(denominator, m=10, S=1.0):
+    """The released step (z = 0) with and without a client whose clipped update is +S·u, beside m − 1
+    clients of update −S·u: the other clients' updates aligned against it."""
+    u = torch.zeros(1, 4)
+    u[0, 0] = 1.0
+    others = {"w": -S * u.repeat(m - 1, 1)}
+    with_it = {"w": torch.cat([others["w"], S * u])}
+    g = torch.Generator().manual_seed(0)
+    release = lambda upd: server.gaussian_mean(upd, S, 0.0, g, denominator)["w"]
+    return float((release(with_it) - release(others)).norm())
+
+
+def test_a_poisson_round_divides_by_the_expected_count_so_one_client_moves_it_by_s_over_m():
+    assert PoissonClients(0.1).denominator(50) == pytest.approx(5.0) and FixedClients(5).denominator(50) is None
+    assert _aligned_round(10.0) == pytest.approx(0.1)                    # S/m: the sensitivity the event assumes
+    assert _aligned_round(None) == pytest.approx(0.2)                    # was: 2S/m with the realised count
+    g, h = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    upd = {"a": torch.randn(3, 2, 2), "b": torch.randn(3, 5)}
+    out = server.gaussian_mean(upd, 0.5, 1.5, g, 7.5)
+    for k, v in upd.items():                                             # (Σ Δ_k + N(0, (zS)²))/m, by hand
+        noise = torch.randn(v.shape[1:], generator=h)
+        assert torch.allclose(out[k], (v.sum(0) + 1.5 * 0.5 * noise) / 7.5)
+    empty = server.gaussian_mean({"a": torch.zeros(0, 2)}, 1.0, 1.0, torch.Generator().manual_seed(0), 2.0)
+    assert empty["a"].abs().sum() > 0                                    # no client: the noise is released all the same
+
+
+def test_the_adaptive_count_moves_by_half_a_client_whoever_the_others_are():
+    g = lambda: torch.Generator().manual_seed(0)
+    fraction = lambda norms, den: server.adaptive_clip(torch.tensor(norms), 1.0, count_noise_std=0.0, generator=g(),
+                                                       denominator=den)[1]
+    for others in ([5.0] * 9, [0.1] * 9, [5.0] * 4 + [0.1] * 5):          # all clipped, none, half
+        moved = fraction(others + [0.1], 10.0) - fraction(others, 10.0)
+        assert moved == pytest.approx(0.5 / 10)                          # sensitivity 1/2: z_Δ's assumption
+    assert fraction([5.0] * 9 + [0.1], None) - fraction([5.0] * 9, None) == pytest.approx(0.1)   # was: a whole client
 
 
 # -- guards ---------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ RAY_ADDRESS=…``).
 
 Each run is one Ray task that declares what it needs from the config it computes: a GPU (and one CPU)
 for a run whose ``device`` is CUDA, ``cpus_per_run`` CPUs otherwise (Ray then gives the task as many
-OpenMP threads). A task whose worker dies (killed, out of memory, its node lost) or whose run raises is
+OpenMP threads; a result is bit-identical to a serial run's at that thread count — CPU convolutions
+sum in an order that depends on it). A task whose worker dies (killed, out of memory, its node lost) or whose run raises is
 retried up to ``retries`` times (Ray's ``max_retries`` and ``retry_exceptions``), then its last error is
 the run's failure in ``run_many``'s ``RunsFailed``. Results travel back to the driver, which alone writes
 the cache (``dpfl.runs.Cache.store``: the first result stored for a config stays), so workers need no

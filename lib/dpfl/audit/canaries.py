@@ -13,24 +13,40 @@ next to the guarantee the engine's accounting claims for what the audit observes
 (b) **Client-level DP-FedAvg** as ``ClientLevelDP`` runs a round (``server.clip_updates`` with a fixed
     bound S, whole-model or per layer, then ``server.gaussian_mean``). White-box canary client whose
     update is a fixed random direction of norm 10·S ("in") or zero ("out": the client sends nothing),
-    beside m − 1 clients with random updates of norm ≈ S per tensor. Score: the round's mean update projected on the canary's
-    clipped update (Andrew et al. 2024's statistic, with the canary known). Claimed μ for the round
+    beside m − 1 clients with random updates of norm ≈ S per tensor. Score: the round's mean update
+    projected on the canary's clipped update (Andrew et al. 2024's statistic, with the canary known). Claimed μ for the round
     given the canary's inclusion: 1/z_event, the multiplier the engine accounts
     (``client_dp.event_multiplier``: z, or z/√L for L tensors clipped separately).
-(d) **FedHDP's two groups** as ``FedHDP`` aggregates a round (Aldaghri et al., Alg. 2): the private
-    group's mean through ``server.clip_updates`` and ``server.gaussian_mean``, the opted-out group's
-    plain ``server.fedavg``, then ``server.two_step`` with the ratio r; a canary client in one group,
-    audited on the global step. Claimed: μ = 1/z for the private group's event (``fedhdp``'s
-    accountant ``group1``; the step's weighting is post-processing), none for the opted-out group.
 (c) **Geyer et al.'s median bound**: (b) per layer with each tensor's bound the median of the round's
     update norms (``server.median_bounds``), which the canary moves and nobody privatises; the claim is
     the engine's, that of a fixed per-layer bound.
+(d) **FedHDP's two groups** as ``FedHDP`` aggregates a round (Aldaghri et al., Alg. 2): the private
+    group's mean through ``server.clip_updates`` and ``server.gaussian_mean`` (divided by the group's
+    expected count, as the engine does under Poisson sampling), the opted-out group's
+    plain ``server.fedavg``, then ``server.two_step`` with the ratio r; a canary client in one group,
+    audited on the global step. Claimed: μ = 1/z for the private group's event (``fedhdp``'s
+    accountant ``group1``; the step's weighting is post-processing), none for the opted-out group.
+(e) **A round of Poisson-sampled clients** (add/remove-one, the relation ``PoissonClients.event``
+    accounts): the "out" world has one client fewer, the other clients' updates are aligned against
+    the canary (each −S·û), and the noised sum is divided by the expected count m
+    (``PoissonClients.denominator``). Claimed: μ = 1/z. With the realised count as the denominator (the
+    engine before 2026-11-24, planted as ``"realised-denominator"``) one client moves the mean by 2S/m.
+(f) **Adaptive clipping's joint release** (Andrew et al. 2021, FedHDP's DP-FedAvg baseline) under
+    Poisson sampling: a round releases the noised mean (multiplier z_Δ) *and* the noised fraction of
+    updates under the bound (``server.adaptive_clip``, noise σ_b on the recentred count), both divided
+    by the expected count m. The canary client (update of norm 10·S, so clipped and not counted) is
+    added ("in") or absent ("out"); the others send zero updates (under the bound) or −10·S·û (above
+    it, aligned against the canary). Score: the likelihood-ratio combination of the two releases the
+    claim describes, ⟨mean, û⟩·m/(z_Δ² S) − b̃·m/(2σ_b²). Claimed: μ = 1/z, with
+    z⁻² = z_Δ⁻² + (2σ_b)⁻² (``server.effective_noise_multiplier``). Planted ``"realised-count"``: both
+    divided by the realised count and the count not recentred (the engine before 2026-11-24).
 
 ``bug`` plants a fault in the mechanism while the claim stays what the engine would account:
 ``"noise/10"`` (the noise multiplier divided by 10), ``"no-clip"`` (clipping disabled, the noise still
-scaled to C or S) and, for (b) with per-layer clipping, ``"one-layer-accounting"`` (the claim composed
-as if one tensor were released — the bug fixed on 2026-11-22). An audit that does not catch them proves
-nothing: ``tests/test_audit.py`` asserts both directions.
+scaled to C or S), for (b) with per-layer clipping ``"one-layer-accounting"`` (the claim composed
+as if one tensor were released — the bug fixed on 2026-11-22), and the two bugs fixed on 2026-11-24
+named in (e) and (f) (docs/privacy-accounting.md, "Dividing by the clients"). An audit that does not catch
+them proves nothing: ``tests/test_audit.py`` asserts both directions.
 """
 from __future__ import annotations
 
@@ -47,11 +63,12 @@ from dpfl.federated.client_dp import event_multiplier
 from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train
 from dpfl.models import softmax_regression
 
-__all__ = ["BUGS", "dp_sgd_audit", "client_level_audit", "fedhdp_audit"]
+__all__ = ["BUGS", "dp_sgd_audit", "client_level_audit", "fedhdp_audit", "adaptive_clip_audit"]
 
 #: the planted faults each audit accepts
-BUGS = {"dp_sgd": (None, "noise/10", "no-clip"), "client_level": (None, "noise/10", "no-clip", "one-layer-accounting"),
-        "fedhdp": (None, "noise/10")}
+BUGS = {"dp_sgd": (None, "noise/10", "no-clip"),
+        "client_level": (None, "noise/10", "no-clip", "one-layer-accounting", "realised-denominator"),
+        "fedhdp": (None, "noise/10"), "adaptive": (None, "realised-count")}
 
 
 def _row(mechanism, bug, z, claimed_mu, scores_in, scores_out, delta, alpha, **setting) -> dict:
@@ -97,12 +114,13 @@ def dp_sgd_audit(noise_multiplier: float, *, clip: float = 1.0, batch_size: int 
 
 def client_level_audit(noise_multiplier: float, *, bound: float = 1.0, per_layer: bool = False, layers: int = 4,
                        clients: int = 10, trials: int = 1000, delta: float = 1e-5, alpha: float = 0.05,
-                       bug: str | None = None, median: bool = False, seed: int = 0) -> dict:
+                       bug: str | None = None, median: bool = False, poisson: bool = False, seed: int = 0) -> dict:
     """Audit (b) (module docstring): ``trials`` rounds with the canary client and as many without,
     each through ``server.clip_updates`` and ``server.gaussian_mean``. ``median``: audit (c), Geyer et
     al.'s per-layer bound, the median of the round's update norms (``server.median_bounds``, not
     privatised; ``per_layer`` is then implied) — the claim is the one the engine makes for it, that of a
-    fixed per-layer bound. Returns one row like :func:`dp_sgd_audit`'s."""
+    fixed per-layer bound. ``poisson``: audit (e) (whole model only). Returns one row like
+    :func:`dp_sgd_audit`'s."""
     checks.positive("noise_multiplier", noise_multiplier)
     checks.positive("bound", bound)
     checks.positive_int("layers", layers)
@@ -112,6 +130,10 @@ def client_level_audit(noise_multiplier: float, *, bound: float = 1.0, per_layer
     per_layer = per_layer or median
     if bug == "one-layer-accounting" and not per_layer:
         raise ValueError("bug 'one-layer-accounting' needs per_layer=True")
+    if poisson and per_layer:
+        raise ValueError("poisson=True audits the whole-model bound: per_layer and median must be False")
+    if bug == "realised-denominator" and not poisson:
+        raise ValueError("bug 'realised-denominator' needs poisson=True")
     gen = torch.Generator().manual_seed(int(np.random.SeedSequence(seed).generate_state(1)[0]))
     shapes = {f"layer{i}.weight": (16, 16) for i in range(layers)}
     canary = {k: torch.randn(sh, generator=gen) for k, sh in shapes.items()}
@@ -123,16 +145,22 @@ def client_level_audit(noise_multiplier: float, *, bound: float = 1.0, per_layer
     for world in ("in", "out"):
         for _ in range(trials):
             # the other clients' updates: random, of norm ≈ S per tensor (so the median bound is ≈ S too)
-            updates = {k: torch.randn(clients, *sh, generator=gen) * (bound / math.sqrt(math.prod(sh)))
-                       for k, sh in shapes.items()}
-            for k in updates:
-                updates[k][0] = canary[k] if world == "in" else 0.0
+            if poisson:                        # the others aligned against the canary; "out": one client fewer
+                updates = {k: torch.cat([-known[k].repeat(clients - 1, *[1] * len(sh))]
+                                        + ([canary[k].unsqueeze(0)] if world == "in" else [])) for k, sh in shapes.items()}
+            else:
+                updates = {k: torch.randn(clients, *sh, generator=gen) * (bound / math.sqrt(math.prod(sh)))
+                           for k, sh in shapes.items()}
+                for k in updates:
+                    updates[k][0] = canary[k] if world == "in" else 0.0
             bounds = server.median_bounds(updates) if median else bound
             clipped, _ = server.clip_updates(updates, math.inf if bug == "no-clip" else bounds, per_layer=per_layer)
-            mean = server.gaussian_mean(clipped, bounds, z_run, gen)
+            denominator = float(clients) if poisson and bug != "realised-denominator" else None
+            mean = server.gaussian_mean(clipped, bounds, z_run, gen, denominator)
             scores.append(float(sum((mean[k] * known[k][0]).sum() for k in shapes)))
     claimed = 1 / event_multiplier(noise_multiplier, 1 if bug == "one-layer-accounting" else layers, per_layer)
-    name = " (Geyer's per-layer median bound)" if median else " (per-layer clipping)" if per_layer else ""
+    name = (" (Geyer's per-layer median bound)" if median else " (per-layer clipping)" if per_layer
+            else " (Poisson clients, aligned others)" if poisson else "")
     return _row("client-level DP-FedAvg" + name, bug, noise_multiplier,
                 claimed, scores[:trials], scores[trials:], delta, alpha, clients=clients, layers=layers)
 
@@ -162,9 +190,48 @@ def fedhdp_audit(noise_multiplier: float, *, group: int = 1, ratio: float = 0.5,
             updates = [{"w": torch.randn(clients, *shape, generator=gen) * (bound / 16)} for _ in range(2)]
             updates[group]["w"][0] = canary if world == "in" else 0.0
             clipped, _ = server.clip_updates(updates[1], bound)
-            means = [server.fedavg(updates[0]), server.gaussian_mean(clipped, bound, z_run, gen)]
+            means = [server.fedavg(updates[0]), server.gaussian_mean(clipped, bound, z_run, gen, float(clients))]
             step = server.two_step(means, [clients, clients], [1.0, ratio])
             scores.append(float((step["w"] * known).sum()))
     claimed = 1 / noise_multiplier if group == 1 else math.inf
     return _row(f"FedHDP, canary in the {'private' if group else 'opted-out'} group", bug, noise_multiplier, claimed,
                 scores[:trials], scores[trials:], delta, alpha, clients=clients, ratio=ratio)
+
+
+def adaptive_clip_audit(noise_multiplier: float, *, count_share: float = 0.7, below: float = 0.5, clients: int = 10,
+                        bound: float = 1.0, trials: int = 1000, delta: float = 1e-5, alpha: float = 0.05,
+                        bug: str | None = None, seed: int = 0) -> dict:
+    """Audit (f) (module docstring): ``trials`` rounds with the canary among ``clients`` Poisson-sampled
+    clients (expected count ``clients``) and as many without it. ``count_share``: the share of the
+    privacy budget, 1/z², spent on the count — σ_b = z/(2√count_share), z_Δ = z/√(1 − count_share) —,
+    large so that the audit watches the count; ``below``: the share of the other clients whose update
+    is under the bound. Returns one row like :func:`dp_sgd_audit`'s."""
+    checks.positive("noise_multiplier", noise_multiplier)
+    checks.in_range("count_share", count_share, 0, 1, lo_open=True, hi_open=True)
+    checks.in_range("below", below, 0, 1)
+    checks.positive_int("clients", clients)
+    checks.positive("bound", bound)
+    checks.positive_int("trials", trials)
+    checks.one_of("bug", bug, BUGS["adaptive"])
+    count_std = noise_multiplier / (2 * math.sqrt(count_share))
+    z_update = server.effective_noise_multiplier(noise_multiplier, count_std)
+    gen = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, 6]).generate_state(1)[0]))
+    direction = torch.randn(16, 16, generator=gen)
+    direction /= direction.norm()
+    n_below = int(round(below * (clients - 1)))
+    others = torch.stack([torch.zeros_like(direction)] * n_below
+                         + [-10 * bound * direction] * (clients - 1 - n_below))
+    denominator = None if bug == "realised-count" else float(clients)
+    weights = (clients / (z_update ** 2 * bound), -clients / (2 * count_std ** 2))
+    scores = []
+    for world in ("in", "out"):
+        updates = {"w": torch.cat([others, 10 * bound * direction.unsqueeze(0)]) if world == "in" else others}
+        for _ in range(trials):
+            clipped, norms = server.clip_updates(updates, bound)
+            mean = server.gaussian_mean(clipped, bound, z_update, gen, denominator)["w"]
+            _, fraction = server.adaptive_clip(norms, bound, count_noise_std=count_std, generator=gen,
+                                               denominator=denominator)
+            scores.append(weights[0] * float((mean * direction).sum()) + weights[1] * fraction)
+    name = "adaptive clipping (mean and count, Poisson clients" + (", others all under the bound)" if below == 1 else ")")
+    return _row(name, bug, noise_multiplier, 1 / noise_multiplier,
+                scores[:trials], scores[trials:], delta, alpha, clients=clients, count_share=count_share, below=below)

@@ -171,7 +171,9 @@ class FedHDPRun(TrainingRun):
     noise multiplier); ``q``: each client's probability of taking part in a round (Poisson);
     ``data``: :func:`federation`'s size arguments; ``seed`` of the training, ``data_seed`` of the split."""
 
-    code_version: ClassVar[int] = 1
+    #: 2: a private group's noised sum, its clipped count and its two-step weight use its expected
+    #: count (Poisson sampling), not the realised one (docs/privacy-accounting.md)
+    code_version: ClassVar[int] = 2
 
     dataset: str
     algorithm: str
@@ -368,7 +370,7 @@ class RatioProbe(FedHDPRun):
     """A FedHDP run (:class:`FedHDPRun`'s fields) whose rows also carry each group's update variance
     (``var_0`` = A, ``var_1`` = B; :class:`_Variances`): the theory's r* = A/B measured on the run."""
 
-    code_version: ClassVar[int] = 1
+    code_version: ClassVar[int] = 2                       # as FedHDPRun's
 
     def __post_init__(self):
         super().__post_init__()

@@ -50,10 +50,11 @@ class ServerDPConfig(LoopConfig):
         checks.in_range("target_quantile", self.target_quantile, 0, 1, lo_open=True, hi_open=True)
         checks.positive("clip_lr", self.clip_lr)
 
-    def next_bound(self, norms, bound: float, count_noise_std: float, generator) -> float:
-        """The adaptive bound after a round whose update norms were ``norms`` (``server.adaptive_clip``)."""
+    def next_bound(self, norms, bound: float, count_noise_std: float, generator, denominator=None) -> float:
+        """The adaptive bound after a round whose update norms were ``norms`` (``server.adaptive_clip``;
+        ``denominator``: the sampler's, see there)."""
         return server.adaptive_clip(norms, bound, target_quantile=self.target_quantile, lr=self.clip_lr,
-                                    count_noise_std=count_noise_std, generator=generator)[0]
+                                    count_noise_std=count_noise_std, generator=generator, denominator=denominator)[0]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -61,7 +62,9 @@ class ClientDPConfig(ServerDPConfig):
     """FedAvg with client-level DP (Geyer, Klein & Nabi 2017; McMahan et al. 2018; docs/geyer2017.md §1).
 
     Each round the sampled clients start from the global model, train locally (no record-level
-    noise), and send Δ_k = w_k − w; the server clips each Δ_k and adds Gaussian noise to the mean.
+    noise), and send Δ_k = w_k − w; the server clips each Δ_k and adds Gaussian noise to the mean — the
+    noised sum divided by the sampler's ``denominator`` (m under fixed-size sampling, the expected
+    count p·K under Poisson sampling, where the realised count is private).
     ``clip``: a fixed bound; ``"median"``: Geyer's per-layer median of the round's update norms (their
     code; *not* privatised); ``"adaptive"``: Andrew et al.'s geometric update of a whole-model bound
     toward the ``target_quantile`` of the norms from a noised count (std ``count_noise_std``), starting
@@ -174,9 +177,10 @@ class ClientLevelDP(Algorithm):
         else:
             bound = math.inf if cfg.clip is None else cfg.clip       # None: nothing clipped
         clipped, norms = server.clip_updates(updates, bound, per_layer=cfg.per_layer, inplace=True)
-        step = server.gaussian_mean(clipped, bound, self.z, noise_gen)
+        denominator = cfg.sampler.denominator(self.K)                # None: the realised count is public
+        step = server.gaussian_mean(clipped, bound, self.z, noise_gen, denominator)
         if cfg.clip == "adaptive":
-            self.state["bound"] = cfg.next_bound(norms, bound, cfg.count_noise_std, noise_gen)
+            self.state["bound"] = cfg.next_bound(norms, bound, cfg.count_noise_std, noise_gen, denominator)
         self.state["global"] = {k: global_[k] + step[k] for k in global_}
         row = {"lr": lr,
                "mean_update_norm": float(torch.stack(list(norms.values())).mean()) if isinstance(norms, dict)

@@ -6,7 +6,9 @@ from the global model w_t (non-private local SGD) and send Δ_k. Per group l: a 
 clip to the group's bound C_l (adaptive, Andrew et al.: ``server.adaptive_clip``), average, add
 N(0, (z_Δ,l C_l / N_l)²) with z_Δ,l the effective multiplier that leaves room for the noised
 clipped count — or, for a group with z_l = 0, the plain mean. Then ``server.two_step`` weights the
-group averages by r_l N_l. Ditto personalises every participating client:
+group averages by r_l N_l. Under Poisson sampling a private group's N_l is its expected count (the
+sampler's ``denominator``), never the realised one, which is private (docs/privacy-accounting.md).
+Ditto personalises every participating client:
 v_k ← steps on f_k(v) + λ_l/2·‖v − w_t‖². With ratios (1, 1) this is HDP-FedAvg; with every
 group at the same z it is DP-FedAvg (with Ditto); r = 0 ignores the private clients.
 
@@ -94,7 +96,8 @@ class FedHDP(Algorithm):
             raise ValueError(f"groups must give each of the {K} clients a group in 0..{L - 1}")
         if self.cohorts.shape != (K,) or self.cohorts.min() < 0:
             raise ValueError(f"cohorts must give each of the {K} clients a cohort 0, 1, …")
-        expected = [cfg.sampler.rate(K) * int((groups == l).sum()) for l in range(L)]
+        self.sizes = [int((groups == l).sum()) for l in range(L)]
+        expected = [cfg.sampler.rate(K) * n for n in self.sizes]
         self.count_std = [cfg.count_noise_frac * max(e, 1e-9) for e in expected]
         self.z_update = [server.effective_noise_multiplier(z, s) if z > 0 else 0.0
                          for z, s in zip(cfg.noise_multipliers, self.count_std)]
@@ -129,18 +132,22 @@ class FedHDP(Algorithm):
         means, counts, row = [], [], {"lr": lr}
         for l in range(L):
             members = torch.as_tensor(np.flatnonzero(groups[selected] == l), device=r.device)
-            counts.append(int(members.numel()))
-            if members.numel() == 0:
+            private = cfg.noise_multipliers[l] > 0
+            # a private group's noised sum is divided by a public number (Poisson: its expected count) and
+            # released even when empty: neither its weight nor its presence may depend on who took part
+            denominator = cfg.sampler.denominator(self.sizes[l]) if private else None
+            counts.append(int(members.numel()) if denominator is None else denominator)
+            if members.numel() == 0 and denominator is None:
                 means.append({k: torch.zeros_like(v) for k, v in global_.items()})
                 continue
             group_updates = {k: v[members] for k, v in updates.items()}
-            if cfg.noise_multipliers[l] > 0:
+            if private:
                 bound = state["bounds"][l]
                 clipped, norms = server.clip_updates(group_updates, bound, inplace=True)
-                means.append(server.gaussian_mean(clipped, bound, self.z_update[l], noise_gen))
+                means.append(server.gaussian_mean(clipped, bound, self.z_update[l], noise_gen, denominator))
                 row[f"clip_{l}"] = bound
                 row |= self.inspect_group(l, clipped, self.z_update[l] * bound / counts[-1])
-                state["bounds"][l] = cfg.next_bound(norms, bound, self.count_std[l], noise_gen)
+                state["bounds"][l] = cfg.next_bound(norms, bound, self.count_std[l], noise_gen, denominator)
             else:
                 means.append(server.fedavg(group_updates))
                 row |= self.inspect_group(l, group_updates, 0.0)

@@ -2,8 +2,9 @@
 the privacy accounting cannot silently disagree: a loop asks the sampler that drew the round's
 clients for the round's event (``sampler.event(z, K, round)``), never switches on its type.
 
-Both samplers share one interface: ``sample(num_clients, rng, round_)`` and
-``event(noise_multiplier, num_clients, round_)``, where ``noise_multiplier`` z is the server's noise
+Both samplers share one interface: ``sample(num_clients, rng, round_)``,
+``event(noise_multiplier, num_clients, round_)`` and ``denominator(members)`` (what a noised sum of the
+round's clients is divided by so that the event stays true), where ``noise_multiplier`` z is the server's noise
 standard deviation divided by the clipping bound S of one client's contribution (noise N(0, (zS)²)
 on the sum of clipped updates)."""
 from __future__ import annotations
@@ -46,6 +47,15 @@ class PoissonClients:
         (it changes the sample's law by at most (1 − p)^K)."""
         return SampledGaussianEvent(checks.positive("noise_multiplier", noise_multiplier), self.p, "poisson")
 
+    def denominator(self, members: int) -> float:
+        """What a noised sum over the round's clients of a group of ``members`` is divided by: their
+        expected number p·members, a public constant. Under add/remove-one neighbours the realised
+        count is itself private — dividing by it makes the released mean a function of it, and with
+        the other clients' updates aligned a client moves that mean by up to 2S/m, twice the
+        sensitivity the event assumes (docs/privacy-accounting.md, "Dividing by the clients").
+        McMahan et al. 2018's fixed-denominator estimator; TF-Privacy's ``expected_num_records``."""
+        return self.p * checks.positive_int("members", members)
+
 
 @dataclasses.dataclass(frozen=True)
 class FixedClients:
@@ -83,6 +93,12 @@ class FixedClients:
         multiplier z (``dpfl.federated.client_dp`` reports both, named)."""
         checks.positive("noise_multiplier", noise_multiplier)
         return SampledGaussianEvent(noise_multiplier / 2, self.rate(num_clients, round_), "without_replacement")
+
+    def denominator(self, members: int) -> None:
+        """None: divide by the realised count. m_t is fixed by the design and public, and replacing one
+        client by another (the event's relation) changes no count."""
+        checks.positive_int("members", members)
+        return None
 
 
 def batch_event(noise_multiplier: float, batch_size: int, n: int, sampling: str = "fixed") -> SampledGaussianEvent:

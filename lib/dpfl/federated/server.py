@@ -70,18 +70,28 @@ def median_bounds(updates: dict) -> dict:
     return {k: float(v.flatten(1).norm(dim=1).median()) for k, v in updates.items()}
 
 
-def gaussian_mean(clipped: dict, bound, noise_multiplier: float, generator: torch.Generator):
-    """mean_k(clipped Δ_k) + N(0, (z·S)²)/m — the client-level Gaussian mechanism of Geyer et al. (and
+def gaussian_mean(clipped: dict, bound, noise_multiplier: float, generator: torch.Generator,
+                  denominator: float | None = None):
+    """(Σ_k clipped Δ_k + N(0, (z·S)²))/m — the client-level Gaussian mechanism of Geyer et al. (and
     of DP-FedAvg, McMahan et al. 2018, with sensitivity S/m of the mean). ``bound``: S, or a dict of
-    per-layer bounds (each layer gets noise with its own). With z = 0 the plain mean (for any S,
-    infinite included); the noise is drawn all the same, so the generator moves as with z > 0."""
+    per-layer bounds (each layer gets noise with its own). ``denominator``: m, a public number (the
+    sampler's ``denominator``: the expected count under Poisson sampling); None: the realised count,
+    computed as the mean plus noise/m (public only where the sampling fixes it). With z = 0 the plain
+    quotient (for any S, infinite included); the noise is drawn all the same, so the generator moves
+    as with z > 0. With a ``denominator`` the stack may be empty (no client: noise alone)."""
     checks.nonnegative("noise_multiplier", noise_multiplier)
+    if denominator is not None:
+        checks.positive("denominator", denominator)
     m = next(iter(clipped.values())).shape[0]
     out = {}
     for k, v in clipped.items():
         s = bound[k] if isinstance(bound, dict) else bound
         noise = torch.randn(v.shape[1:], generator=generator, dtype=v.dtype, device=v.device)
-        out[k] = v.mean(dim=0) + noise_multiplier * s * noise / m if noise_multiplier else v.mean(dim=0)
+        if denominator is not None:
+            out[k] = (v.sum(dim=0) + noise_multiplier * s * noise) / denominator if noise_multiplier \
+                else v.sum(dim=0) / denominator
+        else:
+            out[k] = v.mean(dim=0) + noise_multiplier * s * noise / m if noise_multiplier else v.mean(dim=0)
     return out
 
 
@@ -89,8 +99,10 @@ def two_step(group_means: list, counts, ratios) -> dict:
     """FedHDP's aggregation (Aldaghri et al., Alg. 2): first a (DP) average Δ̄_l within each
     privacy group, then Δ = Σ_l r_l N_l Δ̄_l / Σ_l r_l N_l, i.e. per-client weights r_l / Σ_j N_j r_j.
     For (non-private, private) with ratios (1, r): (N_np Δ̄_np + r N_p Δ̄_p)/(N_np + r N_p);
-    r = 1 is HDP-FedAvg, r = 0 ignores the private clients. Groups with no client this round drop out."""
-    counts = [int(c) for c in counts]
+    r = 1 is HDP-FedAvg, r = 0 ignores the private clients. Groups with no client this round drop out.
+    ``counts``: the realised N_l, or for a private group under Poisson sampling the public number its
+    noised sum was divided by (``FedHDP``), so that N_l Δ̄_l is that noised sum and nothing else."""
+    counts = [float(checks.nonnegative("counts", c)) for c in counts]
     ratios = [float(r) for r in ratios]
     if not (len(group_means) == len(counts) == len(ratios)):
         raise ValueError("group_means, counts and ratios must have one entry per group")
@@ -105,18 +117,27 @@ def two_step(group_means: list, counts, ratios) -> dict:
 
 
 def adaptive_clip(norms, clip: float, *, target_quantile: float = 0.5, lr: float = 0.2,
-                  count_noise_std: float, generator: torch.Generator):
+                  count_noise_std: float, generator: torch.Generator, denominator: float | None = None):
     """One step of adaptive clipping (Andrew, Thakkar, McMahan & Ramaswamy 2021; the DP-FedAvg
-    baseline of FedHDP, docs/aldaghri_fedhdp.md §2): b̃ = (#{k: ‖Δ_k‖ ≤ C} + N(0, σ_b²))/m, then
-    C ← C·exp(−η_C (b̃ − γ)). Returns (new clip, b̃)."""
+    baseline of FedHDP, docs/aldaghri_fedhdp.md §2): the noised fraction b̃ of updates with norm ≤ C,
+    then C ← C·exp(−η_C (b̃ − γ)). Returns (new clip, b̃).
+
+    ``denominator`` m (public: the expected count under Poisson sampling) gives TF-Privacy's
+    ``QuantileEstimatorQuery``: b̃ = clamp(1/2 + (Σ_k (1{‖Δ_k‖ ≤ C} − 1/2) + N(0, σ_b²))/m, 0, 1), each
+    client's term ±1/2, so the count's add/remove sensitivity is 1/2 — what z_Δ
+    (:func:`effective_noise_multiplier`) assumes. None: b̃ = (#{‖Δ_k‖ ≤ C} + N(0, σ_b²))/m with m the
+    realised count, for fixed-size sampling (replace-one: sensitivity 1, covered by its event's z/2)."""
     checks.positive("clip", clip)
     checks.in_range("target_quantile", target_quantile, 0, 1)
     checks.positive("lr", lr)
     checks.nonnegative("count_noise_std", count_noise_std)
     norms = torch.as_tensor(norms)
-    count = float((norms <= clip).sum()) + count_noise_std * float(torch.randn((), generator=generator,
-                                                                                  device=generator.device))
-    fraction = count / norms.numel()
+    noise = count_noise_std * float(torch.randn((), generator=generator, device=generator.device))
+    if denominator is None:
+        fraction = (float((norms <= clip).sum()) + noise) / norms.numel()
+    else:
+        centred = float((norms <= clip).sum()) - norms.numel() / 2
+        fraction = min(1.0, max(0.0, 0.5 + (centred + noise) / checks.positive("denominator", denominator)))
     return clip * float(torch.exp(torch.tensor(-lr * (fraction - target_quantile)))), fraction
 
 
