@@ -89,10 +89,10 @@ def test_the_notebooks_grid_and_its_bad_input():
         bugs = [r for r in runs if r.bug]
         assert {r.bug for r in bugs} == {"noise/10", "no-clip", "one-layer-accounting", "realised-denominator",
                                          "realised-count"}
-        assert len(bugs) == 8
+        assert len(bugs) == 9
         assert {r.mechanism for r in runs if not r.bug} == {"dp_sgd", "client_level", "client_level_per_layer", "geyer_median",
                                                             "client_level_poisson", "fedhdp_private", "fedhdp_opted_out",
-                                                            "adaptive_clip", "adaptive_clip_skewed"}
+                                                            "adaptive_clip", "adaptive_clip_skewed", "dp_sgd_sampled"}
     for kwargs, name in [(dict(mechanism="x"), "mechanism"), (dict(z=0.0), "z"), (dict(trials=0), "trials"),
                          (dict(bug="typo"), "bug")]:
         with pytest.raises(ValueError, match=rf"^{name}\b"):
@@ -152,3 +152,24 @@ def test_adaptive_clippings_mean_and_count_audited_together_and_the_old_count_is
     for kwargs, name in [(dict(count_share=1.0), "count_share"), (dict(below=1.5), "below"), (dict(bug="no-clip"), "bug")]:
         with pytest.raises(ValueError, match=rf"^{name}\b"):
             adaptive_clip_audit(1.0, **kwargs)
+
+
+def test_sampled_dp_sgd_is_audited_step_by_step_against_its_rdp_claim():
+    """(g): batches drawn by the engine's sampler (the canary in each step's batch with probability
+    q = B/n), every step's update observed. The claim is the RDP guarantee of the steps' events (the
+    CLT μ only reported); as built the audit stays below it and certifies something; noise ÷ 10 is caught.
+    The score is the mixtures' log-likelihood ratio, checked against scipy's densities."""
+    from dpfl.accounting.accountant import Accountant
+    from dpfl.audit.canaries import _mixture_llr, sampled_dp_sgd_audit
+    from dpfl.federated.sampling import batch_event
+
+    o, z, q = np.array([[-1.3, 0.2, 2.5]]), 0.7, 0.1
+    mix = lambda sign: (1 - q) * stats.norm.pdf(o, 0, z) + q * stats.norm.pdf(o, sign, z)
+    assert _mixture_llr(o, z, q) == pytest.approx(np.log(mix(1) / mix(-1)).sum(-1), rel=1e-10)
+    built = sampled_dp_sgd_audit(1.0, trials=1000)
+    claim = Accountant("rdp").compose(batch_event(1.0, 8, 80), 10).epsilon(1e-5)
+    assert built["claimed ε(δ=1e-05)"] == pytest.approx(claim) and np.isnan(built["claimed μ"])
+    assert not built["exceeds claim"] and built["μ lower bound"] > 0.2
+    assert sampled_dp_sgd_audit(4.0, trials=1000, bug="noise/10")["exceeds claim"]
+    with pytest.raises(ValueError, match="^records"):
+        sampled_dp_sgd_audit(1.0, records=8, batch_size=8)

@@ -40,9 +40,17 @@ next to the guarantee the engine's accounting claims for what the audit observes
     claim describes, ⟨mean, û⟩·m/(z_Δ² S) − b̃·m/(2σ_b²). Claimed: μ = 1/z, with
     z⁻² = z_Δ⁻² + (2σ_b)⁻² (``server.effective_noise_multiplier``). Planted ``"realised-count"``: both
     divided by the realised count and the count not recentred (the engine before 2026-11-24).
+(g) **DP-SGD with sampled batches**, the amplification the accountant credits: a client of n records,
+    record 0 the canary (+a) or its replacement (−a), the others blank; K steps whose batches of B the
+    engine's sampler draws (``FederatedDataset.batches``: the canary in a step's batch with probability
+    q = B/n), ``local_train`` called step by step so that every step's update is seen. Score: the sum
+    over steps of the log-likelihood ratio of the two mixtures (1 − q)·N(0, z²) + q·N(±1, z²) of the
+    update projected on the canary's direction (in units of C/B). Claimed: ε(δ) by RDP of K ×
+    ``sampling.batch_event`` — a guarantee; Zheng et al.'s CLT μ is reported beside it, not claimed.
 
 ``bug`` plants a fault in the mechanism while the claim stays what the engine would account:
-``"noise/10"`` (the noise multiplier divided by 10), ``"no-clip"`` (clipping disabled, the noise still
+``"noise/10"`` (the noise multiplier divided by 10; for (g) the attack then knows the noise as run),
+``"no-clip"`` (clipping disabled, the noise still
 scaled to C or S), for (b) with per-layer clipping ``"one-layer-accounting"`` (the claim composed
 as if one tensor were released — the bug fixed on 2026-11-22), and the two bugs fixed on 2026-11-24
 named in (e) and (f) (docs/privacy-accounting.md, "Dividing by the clients"). An audit that does not catch
@@ -51,30 +59,36 @@ them proves nothing: ``tests/test_audit.py`` asserts both directions.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import torch
 
 from dpfl import checks
 from dpfl.accounting import gdp
+from dpfl.accounting.accountant import Accountant
+from dpfl.data.federated import FederatedDataset
 from dpfl.audit.bounds import audit_scores
 from dpfl.federated import server
 from dpfl.federated.client_dp import event_multiplier
 from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train
+from dpfl.federated.sampling import batch_event
 from dpfl.models import softmax_regression
 
-__all__ = ["BUGS", "dp_sgd_audit", "client_level_audit", "fedhdp_audit", "adaptive_clip_audit"]
+__all__ = ["BUGS", "dp_sgd_audit", "client_level_audit", "fedhdp_audit", "adaptive_clip_audit", "sampled_dp_sgd_audit"]
 
 #: the planted faults each audit accepts
 BUGS = {"dp_sgd": (None, "noise/10", "no-clip"),
         "client_level": (None, "noise/10", "no-clip", "one-layer-accounting", "realised-denominator"),
-        "fedhdp": (None, "noise/10"), "adaptive": (None, "realised-count")}
+        "fedhdp": (None, "noise/10"), "adaptive": (None, "realised-count"), "sampled_dp_sgd": (None, "noise/10")}
 
 
-def _row(mechanism, bug, z, claimed_mu, scores_in, scores_out, delta, alpha, **setting) -> dict:
-    """The audit's row; ``claimed_mu = inf``: the mechanism claims no privacy (FedHDP's opted-out group)."""
+def _row(mechanism, bug, z, claimed_mu, scores_in, scores_out, delta, alpha, claimed_eps=None, **setting) -> dict:
+    """The audit's row; ``claimed_mu = inf``: the mechanism claims no privacy (FedHDP's opted-out group);
+    ``claimed_mu = nan`` with ``claimed_eps``: the claim is an (ε, δ) guarantee only (audit (g))."""
     found = audit_scores(scores_in, scores_out, delta, alpha)
-    claimed_eps = gdp.epsilon(claimed_mu, delta) if math.isfinite(claimed_mu) else math.inf
+    if claimed_eps is None:
+        claimed_eps = gdp.epsilon(claimed_mu, delta) if math.isfinite(claimed_mu) else math.inf
     return {"mechanism": mechanism, "bug": bug or "none", "z": z, **setting, "trials per side": len(scores_in),
             "claimed μ": claimed_mu, "μ lower bound": found["mu_lo"], f"claimed ε(δ={delta:g})": claimed_eps,
             "ε lower bound": found["eps_lo"], "μ bound / claim": found["mu_lo"] / claimed_mu,
@@ -235,3 +249,68 @@ def adaptive_clip_audit(noise_multiplier: float, *, count_share: float = 0.7, be
     name = "adaptive clipping (mean and count, Poisson clients" + (", others all under the bound)" if below == 1 else ")")
     return _row(name, bug, noise_multiplier, 1 / noise_multiplier,
                 scores[:trials], scores[trials:], delta, alpha, clients=clients, count_share=count_share, below=below)
+
+
+def _mixture_llr(o, z: float, q: float):
+    """Per step, log of the "in" over the "out" density of o = ±I + z·ξ, I ~ Bernoulli(q) (the canary's
+    inclusion, its gradient +1 or −1 in units of C), summed over the steps (last axis)."""
+    log_in = np.logaddexp(np.log1p(-q) - o ** 2 / (2 * z ** 2), np.log(q) - (o - 1) ** 2 / (2 * z ** 2))
+    log_out = np.logaddexp(np.log1p(-q) - o ** 2 / (2 * z ** 2), np.log(q) - (o + 1) ** 2 / (2 * z ** 2))
+    return (log_in - log_out).sum(-1)
+
+
+def sampled_dp_sgd_audit(noise_multiplier: float, *, records: int = 80, batch_size: int = 8, steps: int = 10,
+                         clip: float = 1.0, trials: int = 1000, delta: float = 1e-5, alpha: float = 0.05,
+                         bug: str | None = None, seed: int = 0, block: int = 500) -> dict:
+    """Audit (g) (module docstring): ``trials`` clients of ``records`` records whose record 0 is the canary
+    (+a) and as many whose record 0 is its replacement (−a), the others blank; ``steps`` DP-SGD steps
+    whose batches ``FederatedDataset.batches`` draws (B of n afresh each step, as PriFedSync's clients).
+    Each step's update is observed (``local_train`` called step by step); the score is the likelihood
+    ratio of the steps' mixtures. Claimed: ε(δ) by RDP of ``steps`` × ``batch_event`` — a
+    guarantee; the GDP CLT μ (Zheng et al.'s Theorem 2, an approximation) is reported beside it, not
+    claimed. Returns one row like :func:`dp_sgd_audit`'s, with ``claimed μ`` NaN."""
+    checks.positive("noise_multiplier", noise_multiplier)
+    checks.positive_int("batch_size", batch_size)
+    checks.positive_int("steps", steps)
+    checks.positive("clip", clip)
+    checks.positive_int("trials", trials)
+    checks.positive_int("block", block)
+    checks.one_of("bug", bug, BUGS["sampled_dp_sgd"])
+    if not batch_size < checks.positive_int("records", records):
+        raise ValueError(f"records must exceed batch_size {batch_size}; got {records}")
+    z, q = noise_multiplier, batch_size / records
+    model = softmax_regression()
+    lr = 1e-3                                                # small: the canary's gradient direction stays put
+    z_run = z / 10 if bug == "noise/10" else z
+    cfg = LocalConfig(optimizer="sgd", lr=lr, dp=True, clip=clip, noise_multiplier=z_run)
+    images = torch.zeros(records + 1, 1, 28, 28)
+    images[0, 0, 0, 0], images[1, 0, 0, 0] = 10.0 * clip, -10.0 * clip     # canary, its replacement
+    labels = torch.zeros(records + 1, dtype=torch.long)
+    blanks = list(range(2, records + 1))
+    fd = FederatedDataset(images, labels, images, labels, [[0] + blanks, [1] + blanks], [[0], [1]], "canary")
+    direction = torch.full((10,), 0.1)
+    direction[0] -= 1.0                                      # softmax − one-hot at the zero initialisation
+    direction /= direction.norm()
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 7]))
+    observed = []
+    for start in range(0, 2 * trials, block):
+        worlds = np.arange(start, min(start + block, 2 * trials)) >= trials      # False: "in"
+        x, y, _ = fd.batches(worlds.astype(np.int64), batch_size, steps, rng)
+        params = {k: v.unsqueeze(0).repeat(worlds.size, 1, 1) for k, v in model.init(None).items()}
+        state, gens = init_state(params, cfg), client_generators(seed, 0, range(start, start + worlds.size))
+        steps_seen = []
+        for k in range(steps):
+            before = params["fc.weight"][:, :, 0].clone()
+            params, state = local_train(model, cfg, params, state, x[:, k:k + 1], y[:, k:k + 1], gens, chunk=256)
+            steps_seen.append(((before - params["fc.weight"][:, :, 0]) @ direction).numpy() * batch_size / (lr * clip))
+        observed.append(np.stack(steps_seen, axis=1))
+    # observed: ±1 where the canary was in the batch, + z·ξ; white-box, the attack knows the noise as run
+    scores = _mixture_llr(np.concatenate(observed), z_run, q)
+    event = batch_event(z, batch_size, records, "fixed")
+    claimed_eps = Accountant("rdp").compose(event, steps).epsilon(delta)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gdp.ApproximationWarning)
+        clt = float(gdp.clt_mu_fraction(event.sigma, q, steps))
+    return _row("DP-SGD, sampled batches, every step seen", bug, z, math.nan, scores[:trials], scores[trials:], delta,
+                alpha, claimed_eps=claimed_eps, steps=steps, batch=batch_size, records=records,
+                **{"CLT μ (approximation)": clt})
