@@ -88,3 +88,27 @@ def test_git_commit_sees_changes_anywhere_but_figures(tmp_path, monkeypatch):
     assert not commit().endswith("+dirty")
     (repo / "notebooks" / "a.ipynb").write_text("1")
     assert commit().endswith("+dirty")
+
+
+def test_executed_notebooks_name_no_path_of_the_machine_that_ran_them():
+    """``reproduce.portable`` replaces the run's absolute paths (longest first, whole path components
+    only), and nothing committed under figures/ names the staging directory or an absolute path in its
+    injected parameters."""
+    import json
+    from pathlib import Path
+
+    from dpfl.reproduce import portable
+
+    paths = {"/m/repo/figures/.staging/x": "figures/x", "/m/repo": ".", "/m/data": "$DPFL_DATA", "/m": "~"}
+    text = ('{"out_dir": "/m/repo/figures/.staging/x", "w": "/m/repo/lib/a.py:3: W", "d": "/m/data/mnist",'
+            ' "keep": "/m/repository", "q": "\\"/m/repo\\""}')
+    assert json.loads(portable(text, paths)) == {"out_dir": "figures/x", "w": "./lib/a.py:3: W",
+                                                 "d": "$DPFL_DATA/mnist", "keep": "~/repository", "q": '"."'}
+    for nb in Path(__file__).resolve().parents[1].glob("figures/*/*.ipynb"):
+        text = nb.read_text(encoding="utf-8")
+        assert ".staging" not in text, nb
+        injected = [c for c in json.loads(text)["cells"] if "injected-parameters" in c["metadata"].get("tags", [])]
+        for cell in injected:
+            for line in cell["source"]:
+                value = line.split("=", 1)[-1].strip()
+                assert not value.startswith(('"/', "'/")), (nb, line)

@@ -10,19 +10,22 @@ when it succeeds, record ``RUN.json`` (provenance and wall time) and swap the st
 as ``figures/<paper-id>/``. A notebook that fails changes nothing in ``figures/<paper-id>/``: its
 executed copy with the traceback stays in the staging directory, the other notebooks still run,
 and at the end every failure is listed with its reason and the exit status is 1. Then
-``figures/REPORT.md`` is written from every paper's comparisons.
+``figures/REPORT.md`` is written from every paper's comparisons. The executed copy is made portable
+first (:func:`portable`): no path of the machine that ran it stays in it.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import time
 from pathlib import Path
 
 from dpfl import checks, reporting, runs
+from dpfl.data.datasets import data_root
 from dpfl.io import write_text
 from dpfl.notebook import PROFILES, resolve_device
 from dpfl.provenance import provenance
@@ -92,6 +95,17 @@ def swap_in(staging: Path, final: Path) -> None:
     _keep_cache(old, final)
 
 
+def portable(text: str, paths: dict) -> str:
+    """``text`` with every absolute path in ``paths`` (path → what stands for it, e.g. the staging
+    directory → ``figures/<paper>``, the repository → ``.``, the data → ``$DPFL_DATA``) replaced, the
+    longest first, so that an executed notebook names nothing of the machine that ran it. A path is
+    replaced only where a path separator, a quote or the end follows it (``/a/b`` not inside ``/a/bc``)."""
+    for path in sorted(paths, key=len, reverse=True):
+        if path:
+            text = re.sub(re.escape(str(path)) + r'(?=[/\\"\'\s:)]|$)', lambda _m, p=path: paths[p], text)
+    return text
+
+
 def run_notebook(paper: str, *, profile: str, notebooks_dir="notebooks", figures_dir="figures",
                  device: str = "auto", seed: int = 0, data_dir=None, note: str = "", log=print) -> dict:
     """Execute one paper notebook into a staging directory and swap it into ``figures/<paper>/``
@@ -127,6 +141,11 @@ def run_notebook(paper: str, *, profile: str, notebooks_dir="notebooks", figures
             f"{err.ename}: {err.evalue}\n  executed copy with the traceback: {failed}\n"
             f"  {final} is unchanged") from None
     wall = time.perf_counter() - start
+    repo = Path(notebooks_dir).resolve().parent
+    paths = {str(staging): f"figures/{paper}", str(final): f"figures/{paper}", str(repo): ".",
+             str(data_root(data_dir).resolve()): "$DPFL_DATA",
+             str(Path.home()): "~"}
+    write_text(executed, portable(executed.read_text(encoding="utf-8"), paths))
     record = provenance(paper=paper, notebook=str(source), profile=profile, seed=seed,
                         device=resolve_device(device), wall_time_s=round(wall, 1), **({"note": note} if note else {}))
     write_text(staging / "RUN.json", json.dumps(record, indent=2) + "\n")
