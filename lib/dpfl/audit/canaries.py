@@ -96,6 +96,19 @@ def _row(mechanism, bug, z, claimed_mu, scores_in, scores_out, delta, alpha, cla
             "confidence": found["confidence"]}
 
 
+def _canary_direction() -> torch.Tensor:
+    """The unit direction of a Dirac canary's gradient in its pixel's column of
+    ``models.softmax_regression`` at its zero initialisation (label 0): softmax − one-hot."""
+    direction = torch.full((10,), 0.1)
+    direction[0] -= 1.0
+    return direction / direction.norm()
+
+
+def _zero_models(model, n: int) -> dict:
+    """``n`` copies of ``model``'s (zero) initial parameters, stacked as ``local_train`` takes them."""
+    return {k: v.unsqueeze(0).repeat(n, 1, 1) for k, v in model.init(None).items()}
+
+
 def dp_sgd_audit(noise_multiplier: float, *, clip: float = 1.0, batch_size: int = 8, steps: int = 1, trials: int = 1000,
                  delta: float = 1e-5, alpha: float = 0.05, bug: str | None = None, per_sample: str = "ghost",
                  seed: int = 0) -> dict:
@@ -116,12 +129,10 @@ def dp_sgd_audit(noise_multiplier: float, *, clip: float = 1.0, batch_size: int 
     x = torch.zeros(2 * trials, steps, batch_size, 1, 28, 28)
     x[:trials, :, 0, 0, 0, 0], x[trials:, :, 0, 0, 0, 0] = a, -a
     y = torch.zeros(2 * trials, steps, batch_size, dtype=torch.long)
-    params = {k: v.unsqueeze(0).repeat(2 * trials, 1, 1) for k, v in model.init(None).items()}
+    params = _zero_models(model, 2 * trials)
     trained, _ = local_train(model, cfg, params, init_state(params, cfg), x, y,
                              client_generators(seed, 0, range(2 * trials)), chunk=256)
-    direction = torch.full((10,), 0.1)
-    direction[0] -= 1.0                                      # softmax − one-hot at the zero initialisation
-    scores = -(trained["fc.weight"][:, :, 0] @ (direction / direction.norm())).numpy()
+    scores = -(trained["fc.weight"][:, :, 0] @ _canary_direction()).numpy()
     return _row("DP-SGD (record level, PriFedSync clients)", bug, noise_multiplier, 2 * math.sqrt(steps) / noise_multiplier,
                 scores[:trials], scores[trials:], delta, alpha, steps=steps, batch=batch_size)
 
@@ -288,15 +299,13 @@ def sampled_dp_sgd_audit(noise_multiplier: float, *, records: int = 80, batch_si
     labels = torch.zeros(records + 1, dtype=torch.long)
     blanks = list(range(2, records + 1))
     fd = FederatedDataset(images, labels, images, labels, [[0] + blanks, [1] + blanks], [[0], [1]], "canary")
-    direction = torch.full((10,), 0.1)
-    direction[0] -= 1.0                                      # softmax − one-hot at the zero initialisation
-    direction /= direction.norm()
+    direction = _canary_direction()
     rng = np.random.default_rng(np.random.SeedSequence([seed, 7]))
     observed = []
     for start in range(0, 2 * trials, block):
         worlds = np.arange(start, min(start + block, 2 * trials)) >= trials      # False: "in"
         x, y, _ = fd.batches(worlds.astype(np.int64), batch_size, steps, rng)
-        params = {k: v.unsqueeze(0).repeat(worlds.size, 1, 1) for k, v in model.init(None).items()}
+        params = _zero_models(model, worlds.size)
         state, gens = init_state(params, cfg), client_generators(seed, 0, range(start, start + worlds.size))
         steps_seen = []
         for k in range(steps):

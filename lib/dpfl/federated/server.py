@@ -87,11 +87,8 @@ def gaussian_mean(clipped: dict, bound, noise_multiplier: float, generator: torc
     for k, v in clipped.items():
         s = bound[k] if isinstance(bound, dict) else bound
         noise = torch.randn(v.shape[1:], generator=generator, dtype=v.dtype, device=v.device)
-        if denominator is not None:
-            out[k] = (v.sum(dim=0) + noise_multiplier * s * noise) / denominator if noise_multiplier \
-                else v.sum(dim=0) / denominator
-        else:
-            out[k] = v.mean(dim=0) + noise_multiplier * s * noise / m if noise_multiplier else v.mean(dim=0)
+        scaled = noise_multiplier * s * noise if noise_multiplier else 0.0       # z = 0: no 0·∞ when S = ∞
+        out[k] = v.mean(dim=0) + scaled / m if denominator is None else (v.sum(dim=0) + scaled) / denominator
     return out
 
 
