@@ -20,7 +20,7 @@ RAY         := $(if $(RAY_ADDRESS),--ray $(RAY_ADDRESS),)
 # pip prints one warning per package for the machine's offline mirrors; keep the log readable.
 PIP_FILTER  := grep -v "is ignored: it is neither a file nor a directory" || true
 
-.PHONY: help venv reproduce quick test bench lab clean distclean $(PAPERS)
+.PHONY: help venv reproduce quick test bench lab book chromium clean distclean $(PAPERS)
 
 help: ## list the targets
 	@echo "dpfl — make targets (variables: PROFILE=smoke|quick|paper, DEVICE=auto|cpu|cuda, SEED, DPFL_DATA, FORCE=1, RESULTS_ONLY=1, RAY_ADDRESS)"
@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml
 	@echo "Creating $(VENV) and installing dpfl with its dependencies (first time only)…"
 	@test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip 2>&1 | $(PIP_FILTER)
-	@$(PY) -m pip install --quiet -e '.[lab,test,cluster]' 2>&1 | $(PIP_FILTER)
+	@$(PY) -m pip install --quiet -e '.[lab,book,test,cluster]' 2>&1 | $(PIP_FILTER)
 	@$(PY) -c "import dpfl, torch, papermill; print('dpfl', dpfl.__version__, '· torch', torch.__version__)"
 	@touch $@
 
@@ -52,7 +52,7 @@ asoodeh2020:     ## Asoodeh & Calmon 2020, contraction of E_eps
 geyer2017:       ## Geyer, Klein, Nabi 2017, client-level DP
 audits:          ## empirical privacy audits of the engine's mechanisms (beyond the papers)
 
-test: $(STAMP) ## unit tests, cross-checks, notebook smoke runs (CPU, offline)
+test: $(STAMP) chromium ## unit tests, cross-checks, notebook smoke runs, the book and its browser check (CPU, offline)
 	$(PY) -m pytest -n 2 --durations=10 -m "not cluster"
 	$(PY) -m pytest -m cluster
 
@@ -61,6 +61,16 @@ bench: $(STAMP) ## speed and memory benchmarks (ratios against a baseline in the
 	$(PY) benchmarks/engine.py
 	$(PY) benchmarks/run_peers.py
 	$(PY) benchmarks/cluster.py
+
+book: $(STAMP) chromium ## the book of the executed notebooks in figures/ → build/book/_build/html; links checked; screenshots → figures/book-screenshots/
+	$(PY) -m dpfl.book --check
+	$(PY) -m dpfl.book_browser build/book/_build/html --pages index.html zheng2021/index.html --screenshots figures/book-screenshots
+
+chromium: ## Debian's Chromium for the book's browser check (installed with apt-get when missing and run as root)
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { echo "Installing Debian's chromium (first time only)…"; apt-get install -y -q chromium >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; }; }; } || \
+	  echo "warning: no Chromium (apt-get install chromium as root): the browser check of the book is skipped"
 
 lab: $(STAMP) ## open the notebooks in JupyterLab
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks

@@ -4,7 +4,7 @@
     python -m dpfl.reproduce asoodeh2020 --profile smoke
 
 For each notebook: execute it with the parameters ``profile``, ``device``, ``seed``, ``data_dir``,
-``out_dir`` and ``cache_dir`` into a staging directory (``figures/.staging/<paper-id>/``), with its
+``out_dir``, ``cache_dir`` and ``interactive=False`` (its explorer draws a static figure) into a staging directory (``figures/.staging/<paper-id>/``), with its
 cached runs in ``figures/<paper-id>/cache`` (kept across runs, so an interrupted grid resumes);
 when it succeeds, record ``RUN.json`` (provenance and wall time) and swap the staging directory in
 as ``figures/<paper-id>/``. A notebook that fails changes nothing in ``figures/<paper-id>/``: its
@@ -127,7 +127,7 @@ def run_notebook(paper: str, *, profile: str, notebooks_dir="notebooks", figures
     executed = staging / source.name
     parameters = {"profile": profile, "device": device, "seed": seed,
                   "data_dir": str(data_dir) if data_dir else None, "out_dir": str(staging),
-                  "cache_dir": str(final / "cache")}
+                  "cache_dir": str(final / "cache"), "interactive": False}   # explorers: a static figure
     start = time.perf_counter()
     try:
         papermill.execute_notebook(

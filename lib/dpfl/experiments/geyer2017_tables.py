@@ -3,6 +3,7 @@
 Pure functions of run outcomes (``geyer2017.outcome``) and metrics."""
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -92,27 +93,30 @@ ACCOUNTINGS = {
 }
 
 
-def _accountant(name: str, K: int, schedule: tuple, sigma: float, layers: int = 3) -> Accountant:
+def _accountant(name: str, K: int, schedule: tuple, sigma: float, layers: int = 3, h: float = 1e-4) -> Accountant:
     method, event = ACCOUNTINGS[name]
-    accountant = paper_accountant() if method == "rdp-classic" else Accountant(method)
-    for m_t in schedule:
-        accountant.compose(*event(m_t / K, sigma, layers))
+    accountant = paper_accountant() if method == "rdp-classic" else Accountant(method, h=h)
+    for m_t, run in itertools.groupby(schedule):           # a run of equal m_t is one event with a count
+        single, count = event(m_t / K, sigma, layers)
+        accountant.compose(single, count * len(tuple(run)))
     return accountant
 
 
-def rounds_allowed(name: str, K: int, schedule, sigma: float, delta_budget: float, *, limit: int = 5000) -> int:
-    """The rounds an accounting allows before δ at ε = 8 exceeds δ′ (the last m_t repeating); their code
-    runs one more (it returns the first model over the budget)."""
+def rounds_allowed(name: str, K: int, schedule, sigma: float, delta_budget: float, *, limit: int = 5000,
+                   h: float = 1e-4) -> int:
+    """The rounds an accounting allows before δ at ε = 8 exceeds δ′ (the last m_t repeating; at most
+    ``limit``); their code runs one more (it returns the first model over the budget). ``h``: the f-DP
+    accounting's loss grid (pessimistic: a coarser grid never allows more rounds than the exact)."""
     schedule = tuple(schedule)
     m_of = lambda t: schedule[min(t - 1, len(schedule) - 1)]
+    within = lambda t: _accountant(name, K, tuple(m_of(s) for s in range(1, t + 1)), sigma, h=h).delta(EPS) <= delta_budget
     lo, hi = 0, 1
-    while hi <= limit and _accountant(name, K, tuple(m_of(t) for t in range(1, hi + 1)), sigma).delta(EPS) <= delta_budget:
+    while hi <= limit and within(hi):
         lo, hi = hi, hi * 2
     hi = min(hi, limit + 1)
     while hi - lo > 1:                        # δ grows with the rounds: bisect the last round within δ′
         mid = (lo + hi) // 2
-        within = _accountant(name, K, tuple(m_of(t) for t in range(1, mid + 1)), sigma).delta(EPS) <= delta_budget
-        lo, hi = (mid, hi) if within else (lo, mid)
+        lo, hi = (mid, hi) if within(mid) else (lo, mid)
     return lo
 
 
