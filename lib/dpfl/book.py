@@ -13,6 +13,7 @@ Jupyter Book 1 (Sphinx, MyST-NB) builds it offline from PyPI packages alone; Jup
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import shutil
@@ -33,9 +34,15 @@ MAX_ROWS = 120
 _NOT_PAGES = ("_static", "_sources")
 
 
+_GREEK = {r"\varepsilon": "ε", r"\epsilon": "ε", r"\delta": "δ", r"\mu": "μ", r"\sigma": "σ"}
+
+
 def _title(notebook: Path) -> str:
+    """The notebook's first heading, its inline maths as plain text (navigation links show no maths)."""
     first = json.loads(notebook.read_text())["cells"][0]
-    return "".join(first["source"]).splitlines()[0].lstrip("# ").strip()
+    title = "".join(first["source"]).splitlines()[0].lstrip("# ").strip()
+    plain = lambda m: functools.reduce(lambda t, kv: t.replace(*kv), _GREEK.items(), m.group(1))
+    return re.sub(r"\$([^$]+)\$", plain, title)
 
 
 def _caption(path: Path) -> str:

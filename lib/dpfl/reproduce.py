@@ -4,12 +4,13 @@
     python -m dpfl.reproduce asoodeh2020 --profile smoke
 
 For each notebook: execute it with the parameters ``profile``, ``device``, ``seed``, ``data_dir``,
-``out_dir``, ``cache_dir`` and ``interactive=False`` (its explorer draws a static figure) into a staging directory (``figures/.staging/<paper-id>/``), with its
-cached runs in ``figures/<paper-id>/cache`` (kept across runs, so an interrupted grid resumes);
-when it succeeds, record ``RUN.json`` (provenance and wall time) and swap the staging directory in
-as ``figures/<paper-id>/``. A notebook that fails changes nothing in ``figures/<paper-id>/``: its
-executed copy with the traceback stays in the staging directory, the other notebooks still run,
-and at the end every failure is listed with its reason and the exit status is 1. Then
+``out_dir``, ``cache_dir`` (and ``interactive=False`` where it ends with an explorer: a static
+figure) into a staging directory (``figures/.staging/<paper-id>/``), with its cached runs in
+``figures/<paper-id>/cache`` (kept across runs, so an interrupted grid resumes); when it succeeds,
+record ``RUN.json`` (provenance and wall time) and swap the staging directory in as
+``figures/<paper-id>/``. A notebook that fails changes nothing in ``figures/<paper-id>/``: its
+executed copy with the traceback stays in the staging directory, the other notebooks still run, and
+at the end every failure is listed with its reason and the exit status is 1. Then
 ``figures/REPORT.md`` is written from every paper's comparisons. The executed copy is made portable
 first (:func:`portable`): no path of the machine that ran it stays in it.
 """
@@ -127,7 +128,9 @@ def run_notebook(paper: str, *, profile: str, notebooks_dir="notebooks", figures
     executed = staging / source.name
     parameters = {"profile": profile, "device": device, "seed": seed,
                   "data_dir": str(data_dir) if data_dir else None, "out_dir": str(staging),
-                  "cache_dir": str(final / "cache"), "interactive": False}   # explorers: a static figure
+                  "cache_dir": str(final / "cache")}
+    if "interactive =" in source.read_text():        # a notebook that ends with an explorer: a static figure
+        parameters["interactive"] = False
     start = time.perf_counter()
     try:
         papermill.execute_notebook(

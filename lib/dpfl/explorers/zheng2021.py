@@ -31,7 +31,7 @@ DELTAS = tuple(np.geomspace(1e-9, 1e-2, 15))
 H = 1e-3
 
 CLT, LOW, HIGH, WITH_P = ("GDP CLT, Theorem 2's μ_max (approximation)", "exact ⊗KR, optimistic grid (lower value)",
-                          "exact ⊗KR, pessimistic grid (upper bound)", "exact, with Lemma 3.8's client sampling p (upper bound)")
+                          "exact ⊗KR, pessimistic grid (upper bound)", "exact, Lemma 3.8's client sampling (upper bound)")
 
 
 @functools.lru_cache(maxsize=256)
