@@ -90,6 +90,19 @@ def test_outcome_reports_each_cohort_and_the_private_clients_epsilon(noniid):
     assert np.isnan(fl.outcome(cfg, metrics)["ε_p"])
 
 
+def test_femnist_stand_in_trains_the_cnn_end_to_end():
+    # the LEAF subset (a stand-in for TFF's FEMNIST): one client per writer with ≥ 40 images, 62 classes, 5 % opt
+    # out; one FedHDP round of the CNN runs and reports both cohorts and the private clients' ε
+    cfg = fl.FedHDPRun(dataset="femnist", algorithm="FedHDP", r=0.5, lam_np=0.5, lam_p=0.5, rounds=1, epochs=1, q=0.1,
+                       data=(("least", 40),), progress=False)
+    fed = cfg.federation()
+    assert "LEAF" in fed.source and fed.data.client_sizes.min() >= 0.8 * 40 - 1
+    assert int(fed.data.train_y.max()) >= 36 and int((fed.cohorts == 0).sum()) == round(0.05 * len(fed.cohorts))
+    out = fl.outcome(cfg, cfg.train(cfg.algorithm_for(fed), fed.data))
+    assert all(0 <= out[k] <= 100 for k in ("Acc_g", "Acc_g,np", "Acc_g,p", "Acc_l,np", "Acc_l,p"))
+    assert np.isfinite(out["ε_p"]) and out["ε_p"] > 0
+
+
 def test_the_smoothed_outcome_averages_the_last_evaluations():
     cfg = fl.FedHDPRun(dataset="noniid_mnist", algorithm="FedHDP", r=0.5, lam_np=0.1, lam_p=0.1, rounds=8)
     metrics = pd.DataFrame({"round": range(1, 9), "acc_g": np.linspace(0.1, 0.8, 8), "acc_g_0": 0.5, "acc_g_1": 0.4,
