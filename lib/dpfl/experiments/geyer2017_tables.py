@@ -103,14 +103,17 @@ def _accountant(name: str, K: int, schedule: tuple, sigma: float, layers: int = 
 
 
 def rounds_allowed(name: str, K: int, schedule, sigma: float, delta_budget: float, *, limit: int = 5000,
-                   h: float = 1e-4) -> int:
+                   h: float = 1e-4, start: int = 0) -> int:
     """The rounds an accounting allows before δ at ε = 8 exceeds δ′ (the last m_t repeating; at most
     ``limit``); their code runs one more (it returns the first model over the budget). ``h``: the f-DP
-    accounting's loss grid (pessimistic: a coarser grid never allows more rounds than the exact)."""
+    accounting's loss grid (pessimistic: a coarser grid never allows more rounds than the exact).
+    ``start``: a count likely within δ′ (e.g. a looser accounting's) where the search begins; it is
+    checked, and the search begins at 0 when it is not within."""
     schedule = tuple(schedule)
     m_of = lambda t: schedule[min(t - 1, len(schedule) - 1)]
     within = lambda t: _accountant(name, K, tuple(m_of(s) for s in range(1, t + 1)), sigma, h=h).delta(EPS) <= delta_budget
-    lo, hi = 0, 1
+    lo = start if 0 < start <= limit and within(start) else 0
+    hi = max(1, 2 * lo)
     while hi <= limit and within(hi):
         lo, hi = hi, hi * 2
     hi = min(hi, limit + 1)
