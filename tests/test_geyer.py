@@ -192,3 +192,11 @@ def test_reaccounting_every_published_row():
     assert delta == pytest.approx([0.45, 0.41, 0.90], abs=0.01)
     eps = [tables[K].loc[name, "eps_at_delta_budget"] for name in (theirs, fdp_run) for K in (100, 1000, 10000)]
     assert eps == pytest.approx([8.44, 8.05, 8.01, 25.2, 30.9, 61.7], abs=0.1)
+
+
+def test_rounds_allowed_gives_the_same_count_from_any_start():
+    name = list(gt.ACCOUNTINGS)[2]                       # as run, RDP: cheap
+    exact = gt.rounds_allowed(name, 1000, (10,), 2.5, 1e-5, limit=20_000)
+    assert exact > 100
+    for start in (1, exact // 3, exact, exact + 1, 5 * exact):   # within, at the count, beyond it (not within)
+        assert gt.rounds_allowed(name, 1000, (10,), 2.5, 1e-5, limit=20_000, start=start) == exact
