@@ -20,12 +20,22 @@ def _cfg(**kw):
     return FedHDPConfig(**(base | kw))
 
 
-def test_one_non_private_group_is_fedavg(mnist_shards):
+def test_one_non_private_group_is_adaptively_clipped_fedavg(mnist_shards):
+    """Alg. 2 clips every client's update: a group without noise is DP-FedAvg at z = 0 (adaptive
+    bound, exact count), not the plain mean — which it would equal only if nothing were clipped."""
     ours = run(FedHDP(GEYER_MLP, _cfg(), np.zeros(8, dtype=int)), mnist_shards, progress=False)
-    fedavg = run(ClientLevelDP(GEYER_MLP, ClientDPConfig(
-        rounds=3, batch_size=8, local_steps=4, sampler=FixedClients(4), noise_multiplier=0.0, clip=1e9,
-        per_layer=False, local=LOCAL, seed=2)), mnist_shards, progress=False)
-    np.testing.assert_allclose(ours["acc_g_0"], fedavg["acc_global"], atol=1e-6)
+
+    def client_dp(clip):
+        return run(ClientLevelDP(GEYER_MLP, ClientDPConfig(
+            rounds=3, batch_size=8, local_steps=4, sampler=FixedClients(4), noise_multiplier=0.0, clip=clip,
+            per_layer=False, local=LOCAL, seed=2)), mnist_shards, progress=False)
+
+    adaptive, plain = client_dp("adaptive"), client_dp(1e9)
+    np.testing.assert_allclose(ours["acc_g_0"], adaptive["acc_global"], atol=1e-6)
+    np.testing.assert_allclose(ours["clip_0"], adaptive["clip_bound"], rtol=1e-12)
+    assert (ours["clip_0"].iloc[1:] != 0.1).all()                  # the bound moved from clip_init
+    assert (adaptive["mean_update_norm"] > ours["clip_0"]).any()    # something was clipped …
+    assert not np.allclose(ours["acc_g_0"], plain["acc_global"])    # … so the plain mean differs
 
 
 def test_ratio_zero_ignores_the_private_group_whatever_its_noise(mnist_shards):

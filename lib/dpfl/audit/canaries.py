@@ -23,7 +23,8 @@ next to the guarantee the engine's accounting claims for what the audit observes
 (d) **FedHDP's two groups** as ``FedHDP`` aggregates a round (Aldaghri et al., Alg. 2): the private
     group's mean through ``server.clip_updates`` and ``server.gaussian_mean`` (divided by the group's
     expected count, as the engine does under Poisson sampling), the opted-out group's
-    plain ``server.fedavg``, then ``server.two_step`` with the ratio r; a canary client in one group,
+    clipped mean without noise (``server.clip_updates``, ``server.fedavg``), then ``server.two_step``
+    with the ratio r; a canary client in one group,
     audited on the global step. Claimed: μ = 1/z for the private group's event (``fedhdp``'s
     accountant ``group1``; the step's weighting is post-processing), none for the opted-out group.
 (e) **A round of Poisson-sampled clients** (add/remove-one, the relation ``PoissonClients.event``
@@ -214,8 +215,8 @@ def fedhdp_audit(noise_multiplier: float, *, group: int = 1, ratio: float = 0.5,
         for _ in range(trials):
             updates = [{"w": torch.randn(clients, *shape, generator=gen) * (bound / 16)} for _ in range(2)]
             updates[group]["w"][0] = canary if world == "in" else 0.0
-            clipped, _ = server.clip_updates(updates[1], bound)
-            means = [server.fedavg(updates[0]), server.gaussian_mean(clipped, bound, z_run, gen, float(clients))]
+            (opted_out, _), (private, _) = (server.clip_updates(u, bound) for u in updates)
+            means = [server.fedavg(opted_out), server.gaussian_mean(private, bound, z_run, gen, float(clients))]
             step = server.two_step(means, [clients, clients], [1.0, ratio])
             scores.append(float((step["w"] * known).sum()))
     claimed = 1 / noise_multiplier if group == 1 else math.inf

@@ -172,8 +172,9 @@ class FedHDPRun(TrainingRun):
     ``data``: :func:`federation`'s size arguments; ``seed`` of the training, ``data_seed`` of the split."""
 
     #: 2: a private group's noised sum, its clipped count and its two-step weight use its expected
-    #: count (Poisson sampling), not the realised one (docs/privacy-accounting.md)
-    code_version: ClassVar[int] = 2
+    #: count (Poisson sampling), not the realised one (docs/privacy-accounting.md); 3: the opting-out
+    #: clients' updates are clipped too (Alg. 2; docs/aldaghri_fedhdp.md §2), not averaged raw
+    code_version: ClassVar[int] = 3
 
     dataset: str
     algorithm: str
@@ -370,7 +371,7 @@ class RatioProbe(FedHDPRun):
     """A FedHDP run (:class:`FedHDPRun`'s fields) whose rows also carry each group's update variance
     (``var_0`` = A, ``var_1`` = B; :class:`_Variances`): the theory's r* = A/B measured on the run."""
 
-    code_version: ClassVar[int] = 2                       # as FedHDPRun's
+    code_version: ClassVar[int] = 3                       # as FedHDPRun's
 
     def __post_init__(self):
         super().__post_init__()

@@ -44,8 +44,9 @@ class AuditRun:
     runs a side, an optional planted ``bug``; its result is the audit's row (claim next to bounds)."""
 
     #: 2: the other clients' updates of norm ≈ S per tensor (were ≈ 16·S); audit (c). 3: FedHDP's private
-    #: mean divided by the group's expected count, as the engine now does; audits (e) and (f)
-    code_version: ClassVar[int] = 3
+    #: mean divided by the group's expected count, as the engine now does; audits (e) and (f). 4: FedHDP's
+    #: opted-out group clipped, as the engine now does (Alg. 2); audit (d)
+    code_version: ClassVar[int] = 4
 
     mechanism: str
     z: float

@@ -2,12 +2,15 @@
 each client picks its privacy level.
 
 Clients belong to privacy groups (e.g. non-private, private). Each round the sampled clients train
-from the global model w_t (non-private local SGD) and send Δ_k. Per group l: a DP-FedAvg average —
-clip to the group's bound C_l (adaptive, Andrew et al.: ``server.adaptive_clip``), average, add
+from the global model w_t (non-private local SGD) and send Δ_k, clipped (Alg. 2: clients send "their
+clipped updates along with their clipping indicator"). Per group l, a DP-FedAvg average: clip to the
+group's bound C_l (adaptive, Andrew et al.: ``server.adaptive_clip``), average, add
 N(0, (z_Δ,l C_l / N_l)²) with z_Δ,l the effective multiplier that leaves room for the noised
-clipped count — or, for a group with z_l = 0, the plain mean. Then ``server.two_step`` weights the
-group averages by r_l N_l. Under Poisson sampling a private group's N_l is its expected count (the
-sampler's ``denominator``), never the realised one, which is private (docs/privacy-accounting.md).
+clipped count. A group with z_l = 0 runs the same average without noise and with an exact count
+(TFF's ``gaussian_adaptive`` at noise 0; the paper's Non-Private baseline is DP-FedAvg without
+noise). Then ``server.two_step`` weights the group averages by r_l N_l. Under Poisson sampling a
+private group's N_l is its expected count (the sampler's ``denominator``), never the realised one,
+which is private (docs/privacy-accounting.md).
 Ditto personalises every participating client:
 v_k ← steps on f_k(v) + λ_l/2·‖v − w_t‖². With ratios (1, 1) this is HDP-FedAvg; with every
 group at the same z it is DP-FedAvg (with Ditto); r = 0 ignores the private clients.
@@ -98,7 +101,8 @@ class FedHDP(Algorithm):
             raise ValueError(f"cohorts must give each of the {K} clients a cohort 0, 1, …")
         self.sizes = [int((groups == l).sum()) for l in range(L)]
         expected = [cfg.sampler.rate(K) * n for n in self.sizes]
-        self.count_std = [cfg.count_noise_frac * max(e, 1e-9) for e in expected]
+        self.count_std = [cfg.count_noise_frac * max(e, 1e-9) if z > 0 else 0.0     # z = 0: the count is exact
+                          for z, e in zip(cfg.noise_multipliers, expected)]
         self.z_update = [server.effective_noise_multiplier(z, s) if z > 0 else 0.0
                          for z, s in zip(cfg.noise_multipliers, self.count_std)]
         init = self.initial_params(device)
@@ -140,17 +144,12 @@ class FedHDP(Algorithm):
             if members.numel() == 0 and denominator is None:
                 means.append({k: torch.zeros_like(v) for k, v in global_.items()})
                 continue
-            group_updates = {k: v[members] for k, v in updates.items()}
-            if private:
-                bound = state["bounds"][l]
-                clipped, norms = server.clip_updates(group_updates, bound, inplace=True)
-                means.append(server.gaussian_mean(clipped, bound, self.z_update[l], noise_gen, denominator))
-                row[f"clip_{l}"] = bound
-                row |= self.inspect_group(l, clipped, self.z_update[l] * bound / counts[-1])
-                state["bounds"][l] = cfg.next_bound(norms, bound, self.count_std[l], noise_gen, denominator)
-            else:
-                means.append(server.fedavg(group_updates))
-                row |= self.inspect_group(l, group_updates, 0.0)
+            bound = state["bounds"][l]
+            clipped, norms = server.clip_updates({k: v[members] for k, v in updates.items()}, bound, inplace=True)
+            means.append(server.gaussian_mean(clipped, bound, self.z_update[l], noise_gen, denominator))
+            row[f"clip_{l}"] = bound
+            row |= self.inspect_group(l, clipped, self.z_update[l] * bound / counts[-1])
+            state["bounds"][l] = cfg.next_bound(norms, bound, self.count_std[l], noise_gen, denominator)
         anchor = global_                                      # the w_t the clients received
         if any(c * ratio > 0 for c, ratio in zip(counts, cfg.ratios)):
             step = server.two_step(means, counts, cfg.ratios)
@@ -169,7 +168,7 @@ class FedHDP(Algorithm):
 
     def inspect_group(self, group: int, updates: dict, noise_std: float) -> dict:
         """Extra columns of the round's row from group ``group``'s updates as the server averages them
-        (stacked, clipped for a private group) and the std ``noise_std`` of the noise added to their
+        (stacked, clipped) and the std ``noise_std`` of the noise added to their
         mean, per coordinate (0 for a non-private group); none here. A paper's reading of the run
         subclasses it (``dpfl.experiments.aldaghri_fedhdp_fl``: the variances behind r*)."""
         return {}
