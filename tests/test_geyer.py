@@ -100,6 +100,27 @@ def test_table1_puts_ours_next_to_the_paper_with_verdicts():
     assert "partial grid: the best of the 7 of 18" in t.note.iloc[2] and "partial" not in t.note.iloc[1]
 
 
+def test_table1_at_the_implied_setting_takes_the_grid_sigma_nearest_the_implied_one():
+    implied = pd.DataFrame([{"K": 100, "m": 50, "sigma": 1.75}, {"K": 1000, "m": 220, "sigma": 2.13},
+                            {"K": 10000, "m": 508, "sigma": 1.54}])
+
+    def o(K, m, sigma, E, acc, rounds):
+        return {"run": f"K={K} m={m} σ={sigma} E={E}", "K": K, "m": m, "sigma": sigma, "acc": acc, "rounds": rounds,
+                "cc": rounds * int(m.split("→")[-1])}
+
+    outcomes = [o(1000, "220", 2.5, 4, 0.9245, 78),           # the best at m = 220, but σ is not the implied one
+                o(1000, "220", 2.1, 1, 0.8978, 52), o(1000, "220", 2.1, 4, 0.9115, 52),
+                o(1000, "100", 2.1, 4, 0.95, 179),             # another m
+                o(1000, "100→300", 2.1, 4, 0.96, 60),          # a ramp
+                o(100, "50", 1.6, 1, 0.80, 9), o(100, "50", 1.8, 1, 0.7765, 11), o(100, "50", 1.8, 4, 0.7765, 12),
+                o(10000, "500", 1.5, 1, 0.9, 400)]             # m = 500 is not the implied 508: left out
+    t = gt.at_implied_setting(outcomes, implied).set_index("K")
+    assert t.index.tolist() == [100, 1000]
+    assert t.loc[1000, ["sigma", "acc", "rounds", "cc", "runs"]].tolist() == [2.1, 0.9115, 52, 11440, 2]
+    assert t.loc[1000, ["paper_acc", "paper_rounds", "paper_cc"]].tolist() == [0.92, 54, 11880]
+    assert t.loc[100, ["sigma", "rounds", "paper_acc", "paper_rounds"]].tolist() == [1.8, 11, 0.78, 11]   # fewer rounds on ties
+
+
 def test_reaccounting_the_published_k100_row():
     table = gt.reaccount(100, (50,) * 11, 1.75, 1e-3).set_index("accounting")
     theirs = table.iloc[0]

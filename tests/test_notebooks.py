@@ -213,5 +213,5 @@ def test_committed_figures_regenerate_from_the_committed_caches(paper, tmp_path,
     data_dir = shared_root() if paper in NEEDS_DATA else None
     reproduce.run_notebook(paper, profile=profile, notebooks_dir=ROOT / "notebooks", figures_dir=tmp_path,
                            data_dir=data_dir, log=lambda *_: None)
-    read = lambda p: pd.read_csv(p / "comparisons.csv", dtype=str)          # noqa: E731
-    assert _same(read(committed), read(tmp_path / paper)) == []
+    tables = [pd.read_csv(d / "comparisons.csv", dtype=str) for d in (committed, tmp_path / paper)]
+    assert _same(*tables) == []

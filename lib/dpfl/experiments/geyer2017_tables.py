@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 
 from dpfl.accounting.accountant import Accountant, SampledGaussianEvent
-from dpfl.experiments.geyer2017 import EPS, paper_accountant, paper_round, paper_stop_round, published
+from dpfl.experiments.geyer2017 import EPS, best, paper_accountant, paper_round, paper_stop_round, published
 
-__all__ = ["verdict", "first_reaching", "table1", "grid_table", "ramp_vs_constant", "same_ratio_table", "phases",
+__all__ = ["verdict", "first_reaching", "table1", "at_implied_setting", "grid_table", "ramp_vs_constant", "same_ratio_table", "phases",
            "ACCOUNTINGS", "rounds_allowed", "reaccount", "paper_rows_settings"]
 
 
@@ -71,6 +71,26 @@ def table1(nondp: tuple, dp_best: dict, searched: dict | None = None) -> pd.Data
                            f"; partial grid: the best of the {done} of {total} configurations computed so far "
                            "(the rest pending)" if partial else ""))
         rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def at_implied_setting(outcomes: list[dict], implied: pd.DataFrame) -> pd.DataFrame:
+    """Table 1's dp rows at the setting each published row implies (``implied``: the constant m =
+    CC/CR and the σ their accountant then needs, :func:`paper_rows_settings`): among the grid's runs
+    at that m and at the grid's σ nearest the implied one, the best by the paper's rule (over b and E).
+    Only ACC is an experiment's outcome there: CR and CC follow from their accountant at the grid's σ.
+    A K whose implied m has no run in the grid is left out (10 000: m = 508, the grid's is 500)."""
+    paper, rows = published().query("setting == 'dp'").set_index("K"), []
+    for p in implied.itertuples():
+        runs = [o for o in outcomes if o["K"] == p.K and o["m"] == str(p.m)]
+        if not runs:
+            continue
+        sigma = min({o["sigma"] for o in runs}, key=lambda s: (abs(s - p.sigma), -s))
+        o = best([o for o in runs if o["sigma"] == sigma])
+        pub = paper.loc[p.K]
+        rows.append({"K": p.K, "m": p.m, "implied_sigma": p.sigma, "sigma": sigma, "config": o["run"],
+                     "acc": o["acc"], "paper_acc": pub.acc, "rounds": o["rounds"], "paper_rounds": pub.rounds,
+                     "cc": o["cc"], "paper_cc": pub.cc, "runs": sum(r["sigma"] == sigma for r in runs)})
     return pd.DataFrame(rows)
 
 
