@@ -1,13 +1,14 @@
-"""Citations resolve: the library and the notebooks cite only pages of this repository (docs/), and
+"""Citations resolve: the library, the notebooks and the tests cite only pages of this repository (docs/), and
 every section they name exists there (a reader of a clean checkout can follow each one)."""
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = sorted((ROOT / "lib").rglob("*.py")) + sorted((ROOT / "notebooks").glob("*.ipynb"))
+SOURCES = (sorted((ROOT / "lib").rglob("*.py")) + sorted((ROOT / "notebooks").glob("*.ipynb"))
+           + sorted(p for p in (ROOT / "tests").glob("*.py") if p.name != "test_docs.py"))
 
 
-def test_the_library_and_notebooks_cite_no_file_outside_the_repository():
+def test_the_library_notebooks_and_tests_cite_no_file_outside_the_repository():
     outside = [f"{p.relative_to(ROOT)}:{i}" for p in SOURCES for i, line in enumerate(p.read_text().splitlines(), 1)
                if "details.md" in line or "shared/papers" in line]
     assert not outside, outside

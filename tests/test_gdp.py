@@ -15,7 +15,7 @@ def test_clt_mu_reproduces_zheng_tables(table, sigma, B, n, K, R, mu):
 
 
 def test_poisson_clt_does_not_reproduce_the_tables():
-    """details.md §1.3: the Poisson CLT gives 2.08 instead of 2.71 — the tables use the WOR form."""
+    """docs/zheng2021.md §1: the Poisson CLT gives 2.08 instead of 2.71 — the tables use the WOR form."""
     assert gdp.clt_mu_poisson(1.0, 16 / 600, 38 * 93) == pytest.approx(2.08, abs=0.01)
 
 
@@ -29,7 +29,7 @@ def test_poisson_mu_and_epsilon_match_opacus(sigma, q, steps):
 
 
 def test_epsilon_inverts_delta_and_matches_details_table():
-    # details.md §1.3, GDP → (ε, δ) at δ = 1e-5.
+    # docs/zheng2021.md §1: GDP → (ε, δ) at δ = 1e-5 (a conversion, not the paper's numbers).
     for mu, eps in [(2.71, 14.6), (3.92, 23.7), (5.52, 38.0), (9.31, 82.2)]:
         assert gdp.epsilon(mu, 1e-5) == pytest.approx(eps, abs=0.06)
     eps = gdp.epsilon(np.array([0.5, 1.0, 3.0]), 1e-6)

@@ -1,4 +1,4 @@
-"""dpfl.theory.hetero_linear (FedHDP theory, reconstruction): details.md values, Monte Carlo, limits."""
+"""dpfl.theory.hetero_linear (FedHDP theory, reconstruction): the values of docs/aldaghri_fedhdp.md §3, Monte Carlo, limits."""
 import numpy as np
 import pytest
 

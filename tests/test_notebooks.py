@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 PARAMETERS = {"profile", "device", "seed", "data_dir", "out_dir", "cache_dir"}
 NEEDS_DATA = {"zheng2021", "geyer2017", "aldaghri_fedhdp"}
-#: papers whose every figure and table rests on a reconstruction of lost formulas (details.md)
+#: papers whose every figure and table rests on a reconstruction of lost formulas (docs/kim2021.md, docs/aldaghri_fedhdp.md)
 RECONSTRUCTIONS = {"kim2021", "aldaghri_fedhdp"}
 #: the outputs of a reconstruction notebook's experiments (prefix), labelled reduced scale instead
 EXPERIMENTS = {"aldaghri_fedhdp": "fedhdp_"}

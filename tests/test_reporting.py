@@ -13,8 +13,8 @@ def test_compare_relative_and_absolute_tolerances():
     assert reporting.compare("a", 0.05, 0.0, abs=0.1, kind="formula").ok
     assert reporting.compare("a", 1.05, 1.0, rel=0.01, abs=0.1, kind="formula").ok          # the looser one wins
     assert not reporting.compare("a", math.nan, 1.0, rel=0.5, kind="formula").ok
-    row = reporting.compare("δ(ε=1)", 2.021e-3, 2.02e-3, rel=0.01, kind="reconstruction", source="details.md")
-    assert row.tolerance == "±0.01 rel" and row.verdict == reporting.MATCH and row.source == "details.md"
+    row = reporting.compare("δ(ε=1)", 2.021e-3, 2.02e-3, rel=0.01, kind="reconstruction", source="docs/kim2021.md")
+    assert row.tolerance == "±0.01 rel" and row.verdict == reporting.MATCH and row.source == "docs/kim2021.md"
 
 
 def test_every_row_says_its_kind_of_evidence():
