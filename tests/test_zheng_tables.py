@@ -60,3 +60,22 @@ def test_exact_bracket_decides_the_side_of_the_clt():
     low, high, h = zt.exact_bracket(step, 38 * 20, clt)
     assert low <= high and (not low <= clt <= high or h < 2e-6)
     assert clt > high                          # Theorem 2's CLT over-states ε here (the notebook's claim)
+
+
+def test_pending_rows_leave_out_the_cells_computed_at_the_papers_setting():
+    needs = "a GPU"
+    run, twin = ZhengRun("mnist", 1.0, 0.75, 16, 3), _metrics([0.6, 0.9, 0.99])
+    every = zt.pending_rows(published(), {}, needs)
+    assert len(every) == len(published()) + len(zt.TABLE2_RATIOS) == 21
+    assert every[2] == dict(quantity="Table 1 mnist p=1 σ=0.75 B=16: R to 90 % and accuracies at R",
+                            reference="R = 64; accuracy 90.10 %, non-private 98.55 %", needs=needs, source="Table 1")
+    assert every[9]["quantity"] == "Table 2 mnist p=0.5 σ=1 B=8: R to 90 %"             # Table 2 prints no accuracies
+    assert every[12]["quantity"].startswith("Table 3 cifar10 p=1 σ=1 B=16: R to 52 %")
+    reached = _metrics([0.5, 0.8, 0.91])
+    with_twin = zt.pending_rows(published(), {(1.0, 0.75): (run, reached, twin)}, needs)
+    assert [r for r in every if r not in with_twin] == [every[2]] and len(with_twin) == 20
+    without_twin = zt.pending_rows(published(), {(1.0, 0.75): (run, reached, None)}, needs)
+    assert len(without_twin) == 21 and without_twin[2]["quantity"] == "Table 1 mnist p=1 σ=0.75 B=16: non-private accuracy at R"
+    assert without_twin[2]["reference"] == "98.55 %" and "twin" in without_twin[2]["needs"]
+    never = zt.pending_rows(published(), {(1.0, 0.75): (run, _metrics([0.5, 0.6, 0.7]), None)}, needs)
+    assert len(never) == 20          # a failed claim in its own comparisons, and no twin runs for it

@@ -11,9 +11,10 @@ import pandas as pd
 
 from dpfl.accounting import gdp
 from dpfl.accounting import tradeoff as tf
-from dpfl.experiments.zheng2021 import first_round
+from dpfl.experiments.zheng2021 import TARGETS, first_round
 
 __all__ = ["TABLE2_RATIOS", "C_HALF_G1", "at_round", "mu_max", "mu_max_table", "rounds_table", "rounds_comparisons",
+           "pending_rows",
            "batch_size_table", "batch_size_ratios", "loss_gaps", "personalization_gaps", "metric_table",
            "exact_bracket", "tightness_row"]
 
@@ -110,6 +111,29 @@ def rounds_comparisons(runs: dict, published: pd.DataFrame, table: str, data: st
     for _, kwargs in out:
         kwargs.setdefault("source", source)
     return out
+
+
+def pending_rows(published: pd.DataFrame, done: dict, needs: str) -> list[dict]:
+    """Every published number a run below the paper's scale leaves to it, as keyword arguments of
+    ``Notebook.pending``: each cell's R and accuracies, and Table 2's three ratios. A Table 1 cell
+    computed at the paper's setting (``done``: ``zheng2021.cached_cells``'s {(p, σ): (config,
+    metrics, twin's metrics or None)}) has its own comparisons (:func:`rounds_comparisons`) and is
+    left out, save its non-private accuracy while the twin is missing."""
+    rows = []
+    for r in published.itertuples():
+        cell, goal = f"Table {r.table} {r.dataset} p={r.p:g} σ={r.sigma:g} B={r.B}", TARGETS[r.table]
+        hit = done.get((r.p, r.sigma)) if r.table == "1" else None
+        if hit is not None:
+            if hit[2] is None and first_round(hit[1], goal) is not None:
+                rows.append(dict(quantity=f"{cell}: non-private accuracy at R", reference=f"{r.nonprivate_acc:.2f} %",
+                                 needs="the cell's non-private twin (python -m dpfl.experiments.zheng2021 --profile cells)",
+                                 source=f"Table {r.table}"))
+            continue
+        accs = "" if np.isnan(r.acc) else f"; accuracy {r.acc:.2f} %, non-private {r.nonprivate_acc:.2f} %"
+        rows.append(dict(quantity=f"{cell}: R to {100 * goal:.0f} %" + (" and accuracies at R" if accs else ""),
+                         reference=f"R = {r.R}{accs}", needs=needs, source=f"Table {r.table}"))
+    return rows + [dict(quantity=f"Table 2 mean {col} (B=8 / B=16)", reference=ref, needs=needs, source="§4, Table 2")
+                   for col, ref in TABLE2_RATIOS.items()]
 
 
 def batch_size_table(pairs: dict, published: pd.DataFrame, target: float) -> pd.DataFrame:
