@@ -9,7 +9,7 @@
 
     PYTHONPATH=lib python benchmarks/gpu_first.py --data-dir DIR --out OUT_DIR
 
-Writes ``gpu_first.json`` (and the profile table) to OUT_DIR. ``--device cpu --clients 4`` runs the same
+Writes ``gpu_first.json`` (and the profile table) to OUT_DIR. ``--device cpu --clients 2 --local-steps 2`` runs the same
 steps on a CPU at a small scale (the test suite does, so that the first GPU command cannot fail on a slip).
 """
 from __future__ import annotations
