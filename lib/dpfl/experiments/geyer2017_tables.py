@@ -12,8 +12,8 @@ import pandas as pd
 from dpfl.accounting.accountant import Accountant, SampledGaussianEvent
 from dpfl.experiments.geyer2017 import EPS, best, paper_accountant, paper_round, paper_stop_round, published
 
-__all__ = ["verdict", "first_reaching", "table1", "at_implied_setting", "grid_table", "ramp_vs_constant", "same_ratio_table", "phases",
-           "ACCOUNTINGS", "rounds_allowed", "reaccount", "paper_rows_settings"]
+__all__ = ["verdict", "first_reaching", "table1", "at_implied_setting", "grid_table", "ramp_vs_constant",
+           "same_ratio_table", "phases", "ACCOUNTINGS", "rounds_allowed", "reaccount", "paper_rows_settings"]
 
 
 # -- Table 1 ----------------------------------------------------------------------------------------
