@@ -88,6 +88,22 @@ def test_the_deadline_saves_and_stops_and_the_run_resumes(name, tmp_path):
     _same(_run(name), resumed)
 
 
+def test_a_resumed_run_lists_the_stretches_it_took(tmp_path):
+    ckpt = tmp_path / "run.pt"
+    assert [s["first_round"] for s in _run("client_dp", rounds=2, every=1, checkpoint=ckpt).attrs["segments"]] == [1]
+    _run("client_dp", rounds=3, every=1, checkpoint=ckpt)                  # extended: rounds 3, then 4–5
+    resumed = _run("client_dp", every=1, checkpoint=ckpt)
+    segments = resumed.attrs["segments"]
+    assert [s["first_round"] for s in segments] == [1, 3, 4] and all(s["git_commit"] for s in segments)
+    assert segments[0]["started"] <= segments[-1]["started"]
+    _same(_run("client_dp"), resumed)
+    legacy = torch.load(ckpt, weights_only=False)                          # a checkpoint written before segments
+    del legacy["segments"]
+    torch.save(legacy, ckpt)
+    again = _run("client_dp", rounds=6, every=1, checkpoint=ckpt).attrs["segments"]
+    assert [(s["first_round"], s["git_commit"]) for s in again][0] == (1, "unknown") and again[1]["first_round"] == 6
+
+
 def test_a_deadline_without_a_checkpoint_still_stops_cleanly():
     with pytest.raises(loop.Interrupted, match="no checkpoint"):
         _run("prifedsync", deadline=time.time() - 1)

@@ -204,3 +204,25 @@ def test_results_only_computes_nothing_and_lists_what_is_missing(tmp_path, monke
     with pytest.raises(runs.MissingRuns):
         runs.run(Square(2.0), cache)
     assert CALLS == [] and not cache.path(Square(2.0)).exists()
+
+
+@dataclasses.dataclass(frozen=True)
+class Resumed:
+    stretches: int
+
+    def compute(self):
+        import pandas as pd
+
+        table = pd.DataFrame({"round": [1, 2], "seconds": [5.0, 6.0]})
+        table.attrs["segments"] = [{"first_round": k + 1, "git_commit": "abc", "started": None}
+                                   for k in range(self.stretches)]
+        return table
+
+
+def test_a_resumed_training_run_records_its_stretches_in_the_provenance(tmp_path):
+    cache = runs.Cache(tmp_path)
+    resumed = runs.run(Resumed(2), cache).provenance
+    assert [s["first_round"] for s in resumed["segments"]] == [1, 2]
+    assert "segments" not in runs.run(Resumed(1), cache).provenance       # one stretch: nothing to add
+    assert runs.run(Resumed(2), cache).provenance["segments"] == resumed["segments"]   # and it is kept in the cache
+

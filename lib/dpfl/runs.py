@@ -196,11 +196,17 @@ def _force_from_env() -> bool:
 
 
 def _compute(config) -> Result:
+    """Compute ``config`` and record where and how long. A training run resumed from a checkpoint
+    (its table's ``attrs["segments"]``, ``dpfl.federated.loop.run``) also records every stretch it
+    took (``segments``: first round, commit, start): ``wall_time_s`` and ``git_commit`` are then the
+    last stretch's alone, and the table's ``seconds`` column holds every round's time."""
     start = time.perf_counter()
     value = config.compute()
     wall = time.perf_counter() - start
+    segments = getattr(value, "attrs", {}).get("segments", [])
     record = provenance(device=getattr(config, "device", None), wall_time_s=round(wall, 4),
-                        seed=getattr(config, "seed", None), config_hash=config_hash(config))
+                        seed=getattr(config, "seed", None), config_hash=config_hash(config),
+                        **({"segments": segments} if len(segments) > 1 else {}))
     return Result(config, value, record, cached=False)
 
 

@@ -19,7 +19,9 @@ what one round does; everything else lives here, once (the shape of apple/pfl-re
 * stopping — the algorithm's rule (a target metric, a privacy budget) or the last round;
 * checkpoints — atomic, with the run's key and every accountant's events, every
   ``checkpoint_every`` rounds and/or every ``checkpoint_seconds`` of wall time; a run finding a
-  checkpoint resumes bit-identically (CPU) and refuses one written by another configuration;
+  checkpoint resumes bit-identically (CPU) and refuses one written by another configuration; the
+  returned table's ``attrs["segments"]`` lists the stretches the run took (first round, commit, start
+  time), which ``dpfl.runs`` records in a resumed run's provenance;
 * a ``deadline`` (``time.time()`` seconds): before a round that would end after it, the loop saves a
   checkpoint and raises :class:`Interrupted`, so a time-limited machine loses no finished round; with
   ``whole=True`` it stops (:class:`CannotFinish`) as soon as the rounds left, at the longest round's
@@ -31,6 +33,7 @@ An algorithm subclasses :class:`Algorithm` and overrides what differs.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import time
 from pathlib import Path
 from typing import Callable
@@ -48,6 +51,7 @@ from dpfl.federated.evaluate import shared_accuracy, used_images
 from dpfl.federated.local import LocalConfig
 from dpfl.federated.sampling import FixedClients, PoissonClients, round_rng
 from dpfl.federated.schedule import LearningRate
+from dpfl.provenance import git_commit
 
 __all__ = ["LoopConfig", "Round", "Privacy", "Algorithm", "Interrupted", "CannotFinish", "run"]
 
@@ -209,19 +213,22 @@ def run(algorithm: Algorithm, fd: FederatedDataset, *, checkpoint: Path | None =
     K = fd.num_clients
     algorithm.setup(fd, device)
     privacy = algorithm.accountants()
-    rows: list = []
+    rows, segments = [], []
     saved = checkpoints.load(checkpoint, key, device)
     if saved is not None:
         algorithm.load_state_dict(saved["algorithm"])
         rows = saved["rows"]
+        segments = saved.get("segments") or [{"first_round": 1, "git_commit": "unknown", "started": None}]
         for p in privacy:
             p.accountant.load_state_dict(saved["accountants"][p.name])
         if rows and algorithm.stop(rows[-1]):
-            return pd.DataFrame(rows)
+            return _table(rows, segments)
     first = len(rows) + 1
+    segments = [*segments, {"first_round": first, "git_commit": git_commit(),
+                            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}]
 
     def save():
-        checkpoints.save(checkpoint, key, {"rows": rows, "algorithm": algorithm.state_dict(),
+        checkpoints.save(checkpoint, key, {"rows": rows, "algorithm": algorithm.state_dict(), "segments": segments,
                                            "accountants": {p.name: p.accountant.state_dict() for p in privacy}})
 
     from tqdm.auto import tqdm
@@ -270,4 +277,11 @@ def run(algorithm: Algorithm, fd: FederatedDataset, *, checkpoint: Path | None =
                                    f"would end after the deadline")
     finally:
         bar.close()
-    return pd.DataFrame(rows)
+    return _table(rows, segments)
+
+
+def _table(rows: list, segments: list) -> pd.DataFrame:
+    """The rows as a table; ``attrs["segments"]``: the stretches the run took, one per start or resume."""
+    table = pd.DataFrame(rows)
+    table.attrs["segments"] = segments
+    return table
