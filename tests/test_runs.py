@@ -226,3 +226,35 @@ def test_a_resumed_training_run_records_its_stretches_in_the_provenance(tmp_path
     assert "segments" not in runs.run(Resumed(1), cache).provenance       # one stretch: nothing to add
     assert runs.run(Resumed(2), cache).provenance["segments"] == resumed["segments"]   # and it is kept in the cache
 
+
+
+@dataclasses.dataclass(frozen=True)
+class Metrics:
+    """A result like a training run's: a DataFrame whose columns (and one column) are strings."""
+    storage: str
+
+    def compute(self):
+        import pandas as pd
+        table = pd.DataFrame({"round": [1, 2], "note": ["a", "b"]})
+        table.columns = table.columns.astype(pd.StringDtype(self.storage))
+        table["note"] = table["note"].astype(pd.StringDtype(self.storage))
+        table.attrs["segments"] = [{"first_round": 1}]
+        return {"metrics": table, "per_client": [table.set_index("note")["round"]]}
+
+
+@pytest.mark.parametrize("storage", ["python", "pyarrow"])
+def test_cached_results_hold_no_pandas_string_dtype(tmp_path, storage):
+    """A run computed on the GPU machine (pandas backs ``str`` with pyarrow there) must load where
+    pyarrow is absent, or it reads as unreadable and is recomputed: results are pickled with plain
+    ``object`` strings (found when the first GPU results came back, 2026-11-25)."""
+    if storage == "pyarrow":
+        pytest.importorskip("pyarrow")
+    cache = runs.Cache(tmp_path)
+    computed = runs.run(Metrics(storage), cache).value
+    raw = cache.path(Metrics(storage)).read_bytes()
+    assert b"pyarrow" not in raw and b"StringDtype" not in raw and b"StringArray" not in raw
+    stored = cache.load(Metrics(storage)).value
+    table, series = stored["metrics"], stored["per_client"][0]
+    assert table.columns.dtype == object and table["note"].dtype == object and series.index.dtype == object
+    assert table.attrs == {"segments": [{"first_round": 1}]}
+    assert table.astype(str).equals(computed["metrics"].astype(str))

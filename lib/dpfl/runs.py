@@ -118,6 +118,33 @@ def _check_config(config) -> None:
         raise ValueError(f"config class {type(config).__name__} must define compute(self)")
 
 
+def _portable(value):
+    """``value`` with every pandas string dtype (a DataFrame's columns, index or values, also inside
+    dicts, lists and tuples) made plain ``object``. pandas 3 backs ``str`` with pyarrow where pyarrow is
+    installed (the GPU machine's image), and such a pickle does not load where it is not (the CI and
+    developers' machines): a result computed on the GPU would read as unreadable here and be recomputed."""
+    import pandas as pd
+
+    def plain(index):
+        return index.astype(object) if pd.api.types.is_string_dtype(index.dtype) and index.dtype != object else index
+
+    if isinstance(value, pd.DataFrame):
+        out = value.copy()
+        out.columns, out.index = plain(out.columns), plain(out.index)
+        for name in out.columns[[pd.api.types.is_string_dtype(t) and t != object for t in out.dtypes]]:
+            out[name] = out[name].astype(object)
+        return out
+    if isinstance(value, pd.Series):
+        out = value.astype(object) if pd.api.types.is_string_dtype(value.dtype) and value.dtype != object else value.copy()
+        out.index = plain(out.index)
+        return out
+    if isinstance(value, dict):
+        return {k: _portable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return type(value)(_portable(v) for v in value)
+    return value
+
+
 def config_hash(config) -> str:
     """A stable 16-hex-digit hash of the config's class, code version and field values."""
     _check_config(config)
@@ -172,7 +199,7 @@ class Cache:
             sidecar = {"config": _jsonable(result.config), "provenance": result.provenance}
             write_text(path.with_suffix(".json"), json.dumps(sidecar, indent=2) + "\n")
             with atomic_path(path) as tmp, tmp.open("wb") as fh:
-                pickle.dump({"value": result.value, "provenance": result.provenance}, fh,
+                pickle.dump({"value": _portable(result.value), "provenance": result.provenance}, fh,
                             protocol=pickle.HIGHEST_PROTOCOL)
         return result
 
