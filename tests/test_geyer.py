@@ -10,6 +10,9 @@ import torch
 from dpfl.accounting import rdp
 from dpfl.experiments import geyer2017 as g
 from dpfl.experiments import geyer2017_tables as gt
+from tests_support import device_under_test
+
+DEVICE = device_under_test()
 
 
 @pytest.mark.parametrize("K, m, sigmas, rounds", [
@@ -192,7 +195,7 @@ def test_the_command_line_runner_fills_the_cache_the_notebook_reads(data_root, t
     from dpfl.runs import Cache
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    out = subprocess.run([sys.executable, "-m", "dpfl.experiments.geyer2017", "--profile", "smoke", "--device", "cpu",
+    out = subprocess.run([sys.executable, "-m", "dpfl.experiments.geyer2017", "--profile", "smoke", "--device", DEVICE,
                           "--data-dir", str(data_root), "--cache", str(tmp_path), "--only", "m=50 σ=1 "],
                          capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

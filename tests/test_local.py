@@ -10,6 +10,9 @@ import torch.nn.functional as F
 
 from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train, step_noise
 from dpfl.models import CIFAR_CNN, GEYER_MLP, MNIST_CNN, get_model
+from tests_support import device_under_test
+
+DEVICE = device_under_test()
 
 torch.set_num_threads(2)
 
@@ -57,15 +60,16 @@ def _reference(model, cfg, params, x, y, generator):
 ], ids=["sgd", "adam-wd", "adam-dpsgd", "sgd-dpsgd-tightclip", "sgd-dpsgd-full-per-sample"])
 def test_vectorised_local_training_equals_the_loop_reference(model_name, cfg):
     """In float64, so that the comparison tests the algorithm (Adam's normalisation turns float32
-    round-off in near-zero gradients into ~1e-5 differences)."""
+    round-off in near-zero gradients into ~1e-5 differences); on ``DPFL_TEST_DEVICE`` (CPU in CI)."""
     model = get_model(model_name)
     m, steps, batch = 3, 2, 4
-    params0 = {k: v.double() for k, v in model.init(torch.Generator().manual_seed(1)).items()}
-    x = torch.randn(m, steps, batch, *model.input_shape, generator=torch.Generator().manual_seed(2)).double()
-    y = torch.randint(0, 10, (m, steps, batch), generator=torch.Generator().manual_seed(3))
+    params0 = {k: v.double().to(DEVICE) for k, v in model.init(torch.Generator().manual_seed(1)).items()}
+    x = torch.randn(m, steps, batch, *model.input_shape, generator=torch.Generator().manual_seed(2)).double().to(DEVICE)
+    y = torch.randint(0, 10, (m, steps, batch), generator=torch.Generator().manual_seed(3)).to(DEVICE)
     stacked = _stack(params0, m)
-    ours, _ = local_train(model, cfg, stacked, init_state(stacked, cfg), x, y, client_generators(7, 0, range(m)), chunk=2)
-    for c, gen in enumerate(client_generators(7, 0, range(m))):
+    ours, _ = local_train(model, cfg, stacked, init_state(stacked, cfg), x, y,
+                          client_generators(7, 0, range(m), device=DEVICE), chunk=2)
+    for c, gen in enumerate(client_generators(7, 0, range(m), device=DEVICE)):
         ref = _reference(model, cfg, params0, x[c], y[c], gen)
         for name in params0:
             torch.testing.assert_close(ours[name][c], ref[name], atol=1e-9, rtol=1e-7)
@@ -74,10 +78,10 @@ def test_vectorised_local_training_equals_the_loop_reference(model_name, cfg):
 def test_chunk_size_does_not_change_results():
     cfg = LocalConfig(dp=True, noise_multiplier=2.0)
     m = 4
-    stacked = _stack(MNIST_CNN.init(torch.Generator().manual_seed(0)), m)
-    x = torch.randn(m, 2, 3, 1, 28, 28)
-    y = torch.randint(0, 10, (m, 2, 3))
-    runs = [local_train(MNIST_CNN, cfg, stacked, init_state(stacked, cfg), x, y, client_generators(0, 5, range(m)),
+    stacked = _stack({k: v.to(DEVICE) for k, v in MNIST_CNN.init(torch.Generator().manual_seed(0)).items()}, m)
+    x = torch.randn(m, 2, 3, 1, 28, 28).to(DEVICE)
+    y = torch.randint(0, 10, (m, 2, 3)).to(DEVICE)
+    runs = [local_train(MNIST_CNN, cfg, stacked, init_state(stacked, cfg), x, y, client_generators(0, 5, range(m), device=DEVICE),
                         chunk=c)[0] for c in (1, 3, 4)]
     for other in runs[1:]:
         for name in stacked:

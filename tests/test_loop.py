@@ -17,6 +17,9 @@ from dpfl.federated.fedhdp import FedHDP, FedHDPConfig
 from dpfl.federated.local import LocalConfig
 from dpfl.federated.sampling import FixedClients, PoissonClients
 from dpfl.models import GEYER_MLP
+from tests_support import device_under_test
+
+DEVICE = device_under_test()
 
 
 def _data():
@@ -47,7 +50,7 @@ PRIVACY_COLUMNS = {"prifedsync": ["mu_max_clt"], "client_dp": ["delta"], "geyer"
 
 def _run(name, rounds=5, every=0, **kwargs):
     cls, make = ALGORITHMS[name]
-    return loop.run(cls(GEYER_MLP, **make(rounds, every)), _data(), progress=False, device="cpu", **kwargs)
+    return loop.run(cls(GEYER_MLP, **make(rounds, every)), _data(), progress=False, device=DEVICE, **kwargs)
 
 
 def _same(a, b):
@@ -111,11 +114,12 @@ def test_a_deadline_without_a_checkpoint_still_stops_cleanly():
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_every_algorithm_keeps_its_state_on_the_device_it_was_given(name):
-    """The device-generic path with device='cpu' named explicitly: every tensor of the state lives there."""
+    """The device-generic path with the device named explicitly (``DPFL_TEST_DEVICE``, CPU in CI): every
+    tensor of the state lives there."""
     cls, make = ALGORITHMS[name]
     args = make(2, 0)
     algorithm = cls(GEYER_MLP, args.pop("cfg"), *args.values())
-    loop.run(algorithm, _data(), progress=False, device="cpu")
+    loop.run(algorithm, _data(), progress=False, device=DEVICE)
     tensors = []
 
     def walk(obj):
@@ -129,7 +133,7 @@ def test_every_algorithm_keeps_its_state_on_the_device_it_was_given(name):
                 walk(v)
 
     walk(algorithm.state_dict())
-    assert tensors and {t.device for t in tensors} == {torch.device("cpu")}
+    assert tensors and {t.device.type for t in tensors} == {DEVICE}
 
 
 def test_bad_loop_arguments_are_named():
@@ -201,7 +205,7 @@ def test_eval_every_evaluates_on_its_rounds_and_the_last_and_changes_nothing_els
     cls, make = ALGORITHMS[name]
     kwargs = make(7, 0)
     kwargs["cfg"] = dataclasses.replace(kwargs["cfg"], eval_every=3)
-    sparse = loop.run(cls(GEYER_MLP, **kwargs), _data(), progress=False, device="cpu")
+    sparse = loop.run(cls(GEYER_MLP, **kwargs), _data(), progress=False, device=DEVICE)
     cols = EVALUATED[name]
     assert sparse[cols[0]].notna().tolist() == [t in (3, 6, 7) for t in range(1, 8)]
     evaluated = sparse[cols[0]].notna()

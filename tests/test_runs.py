@@ -246,7 +246,7 @@ class Metrics:
 def test_cached_results_hold_no_pandas_string_dtype(tmp_path, storage):
     """A run computed on the GPU machine (pandas backs ``str`` with pyarrow there) must load where
     pyarrow is absent, or it reads as unreadable and is recomputed: results are pickled with plain
-    ``object`` strings (found when the first GPU results came back, 2026-11-25)."""
+    ``object`` strings (found when the first GPU results came back, 2026-11-24)."""
     if storage == "pyarrow":
         pytest.importorskip("pyarrow")
     cache = runs.Cache(tmp_path)

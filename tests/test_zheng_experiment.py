@@ -9,6 +9,9 @@ import pytest
 from dpfl.experiments.zheng2021 import ZhengRun, default_steps, federated_mnist, first_round
 from dpfl.federated.schedule import LearningRate
 from dpfl.runs import config_hash
+from tests_support import device_under_test
+
+DEVICE = device_under_test()
 
 
 def test_local_steps_follow_the_authors_code():
@@ -83,11 +86,11 @@ def test_grid_runner_fills_a_cache_within_its_budget(data_root, tmp_path, capsys
     from dpfl.runs import Cache
 
     cache = tmp_path / "cache"
-    args = ["--profile", "smoke", "--device", "cpu", "--data-dir", str(data_root), "--cache", str(cache)]
+    args = ["--profile", "smoke", "--device", DEVICE, "--data-dir", str(data_root), "--cache", str(cache)]
     assert zheng2021.main(args + ["--budget", "-1"]) == 3                  # no time: nothing starts
     assert not list(cache.glob("*.pkl"))
     assert zheng2021.main(args) == 0
-    configs = zheng2021.grid("smoke", seed=0, device="cpu", data_dir=str(data_root))
+    configs = zheng2021.grid("smoke", seed=0, device=DEVICE, data_dir=str(data_root))
     assert all(Cache(cache).load(c) is not None for c in configs)          # what the notebook will read
     assert zheng2021.main(args) == 0 and "0 run(s) missing" in capsys.readouterr().out
 
@@ -97,7 +100,7 @@ def test_the_budgeted_runner_stops_at_its_deadline(data_root, tmp_path, capsys):
     (before, ``--budget`` was checked only between runs, and the run was killed with its rounds)."""
     from dpfl.experiments import zheng2021
 
-    code = zheng2021.main(["--profile", "smoke", "--device", "cpu", "--budget", "0.001", "--cache", str(tmp_path),
+    code = zheng2021.main(["--profile", "smoke", "--device", DEVICE, "--budget", "0.001", "--cache", str(tmp_path),
                            "--data-dir", str(data_root)])
     assert code == 3 and "budget of 0 s reached: stopped before round 1" in capsys.readouterr().out
     assert not list(tmp_path.glob("*.pkl"))                       # nothing half-finished was cached
@@ -111,9 +114,9 @@ def test_the_budgeted_runner_bundles_what_it_computed(data_root, tmp_path):
     from dpfl.experiments import zheng2021
     from dpfl.runs import Cache
 
-    args = ["--profile", "smoke", "--device", "cpu", "--data-dir", str(data_root), "--whole-runs"]
+    args = ["--profile", "smoke", "--device", DEVICE, "--data-dir", str(data_root), "--whole-runs"]
     assert zheng2021.main(args + ["--cache", str(tmp_path / "a"), "--bundle", str(tmp_path / "new.tar.gz")]) == 0
-    configs = zheng2021.grid("smoke", seed=0, device="cpu", data_dir=str(data_root))
+    configs = zheng2021.grid("smoke", seed=0, device=DEVICE, data_dir=str(data_root))
     with tarfile.open(tmp_path / "new.tar.gz") as tar:
         assert len(tar.getnames()) == 2 * len(configs)
         tar.extractall(tmp_path / "b", filter="data")
@@ -135,7 +138,7 @@ def test_the_budgeted_runner_keeps_checkpoints_where_it_is_told(data_root, tmp_p
         raise Interrupted("stopped for the test")
 
     monkeypatch.setattr(runs, "run", stop)
-    args = ["--profile", "smoke", "--device", "cpu", "--data-dir", str(data_root), "--cache", str(tmp_path / "c")]
+    args = ["--profile", "smoke", "--device", DEVICE, "--data-dir", str(data_root), "--cache", str(tmp_path / "c")]
     assert zheng2021.main(args + ["--checkpoints", str(tmp_path / "elsewhere")]) == 3
     assert zheng2021.main(args) == 3
     assert seen == [str(tmp_path / "elsewhere"), str(tmp_path / "c" / "checkpoints")]
@@ -153,7 +156,7 @@ def test_a_cell_runs_to_its_target_then_its_twin_to_the_same_round(data_root, tm
     monkeypatch.setitem(z.SETTINGS, "paper", z.SETTINGS["smoke"])
     monkeypatch.setitem(z.TARGETS, "1", 0.05)
     cache = Cache(tmp_path)
-    args = ["--profile", "cells", "--only", "mnist p=1 σ=0.75 B=16", "--device", "cpu", "--data-dir", str(data_root),
+    args = ["--profile", "cells", "--only", "mnist p=1 σ=0.75 B=16", "--device", DEVICE, "--data-dir", str(data_root),
             "--cache", str(tmp_path)]
     assert z.main(args) == 0
     out = capsys.readouterr().out

@@ -12,3 +12,17 @@ def shared_root() -> Path:
     if not (root / "MNIST" / "raw").exists():
         pytest.skip(f"no datasets under {root} (set DPFL_DATA)")
     return root
+
+
+def device_under_test() -> str:
+    """Where the engine's device-generic tests run: ``$DPFL_TEST_DEVICE`` ("cpu", the default, or
+    "cuda"). CI runs them on the CPU; a GPU session runs the same tests with ``DPFL_TEST_DEVICE=cuda``
+    (``benchmarks/GPU_QUEUE.md``). Asking for CUDA where there is none is an error, not a skip."""
+    import torch
+
+    device = os.environ.get("DPFL_TEST_DEVICE", "cpu")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"DPFL_TEST_DEVICE must be 'cpu' or 'cuda', got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("DPFL_TEST_DEVICE=cuda but torch sees no CUDA device")
+    return device
