@@ -1,0 +1,98 @@
+"""Per-sample weight gradients of a convolution, two ways: is the engine's route the GPU's bottleneck?
+
+The profile of one Zheng MNIST round on an H100 (``benchmarks/gpu/2026-11-24-h100/profile_mnist_p1.txt``)
+spends 61 % of its CUDA time in ``convolution_backward``: ``dpfl.federated.local`` takes per-sample
+gradients of the convolutions by ``vmap(grad)`` over the samples inside ``vmap`` over the clients, which
+PyTorch lowers to one convolution with m·B groups, and cuDNN runs its weight gradient as one small
+kernel per group (60 800 launches per round). The alternative: unfold each sample's input (im2col) and
+take every per-sample weight gradient as one batched matrix product, g_i · unfold(a_i)ᵀ
+(Opacus' ``GradSampleModule`` does this for ``nn.Conv2d``). This script times both for MnistCNN's two
+convolutions at m clients × B samples, checks they agree, and writes ``conv_grads.json``: the ratio
+says whether moving the engine's convolutions to the unfolded form is worth it.
+
+    PYTHONPATH=lib python benchmarks/conv_grads.py --out OUT_DIR [--device cuda] [--clients 100]
+
+``tests/test_conv_grads.py`` runs it on a CPU at 2 clients.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.func import grad, vmap
+
+#: MnistCNN's convolutions (``dpfl.models.MNIST_CNN``): name, in channels, out channels, input side
+LAYERS = [("conv1", 1, 32, 28), ("conv2", 32, 64, 26)]
+
+
+def by_vmap(weight, a, g):
+    """The engine's route: grad of ⟨conv(a_i, W_c), g_i⟩ w.r.t. W_c, vmapped over samples then clients.
+    ``weight`` (m, out, in, k, k); ``a`` (m, B, in, H, W); ``g`` (m, B, out, H', W'). Returns (m, B, out, in, k, k)."""
+    def one(w, ai, gi):
+        return (F.conv2d(ai[None], w)[0] * gi).sum()
+
+    return vmap(vmap(grad(one), in_dims=(None, 0, 0)), in_dims=(0, 0, 0))(weight, a, g)
+
+
+def by_unfold(weight, a, g):
+    """Unfolded: every sample's weight gradient g_i · unfold(a_i)ᵀ in one batched matrix product."""
+    m, batch, c_in = a.shape[:3]
+    out, k = weight.shape[1], weight.shape[-1]
+    cols = F.unfold(a.reshape(m * batch, c_in, *a.shape[3:]), k)               # (mB, in·k², L)
+    grads = torch.bmm(g.reshape(m * batch, out, -1), cols.transpose(1, 2))    # (mB, out, in·k²)
+    return grads.reshape(m, batch, out, c_in, k, k)
+
+
+def _best(fn, repeats: int, device: str) -> float:
+    times = []
+    for _ in range(repeats):
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return min(times[1:]) if len(times) > 1 else times[0]      # the first includes start-up
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--clients", type=int, default=100)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=6)
+    args = parser.parse_args(argv)
+    if args.device.startswith("cuda"):
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False   # as dpfl.device.configure
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    gen = torch.Generator().manual_seed(0)
+    report = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+              "torch": torch.__version__, "clients": args.clients, "batch": args.batch, "layers": {}}
+    for name, c_in, c_out, side in LAYERS:
+        m, b = args.clients, args.batch
+        w = torch.randn(m, c_out, c_in, 3, 3, generator=gen).to(args.device)
+        a = torch.randn(m, b, c_in, side, side, generator=gen).to(args.device)
+        g = torch.randn(m, b, c_out, side - 2, side - 2, generator=gen).to(args.device)
+        ours, unfolded = by_vmap(w, a, g), by_unfold(w, a, g)
+        err = float((ours - unfolded).abs().max() / ours.abs().max())
+        if err > 1e-4:
+            raise AssertionError(f"{name}: the two routes disagree (max relative error {err:.2e})")
+        t_vmap = _best(lambda: by_vmap(w, a, g), args.repeats, args.device)
+        t_unfold = _best(lambda: by_unfold(w, a, g), args.repeats, args.device)
+        report["layers"][name] = {"vmap_s": round(t_vmap, 5), "unfold_s": round(t_unfold, 5),
+                                  "vmap_over_unfold": round(t_vmap / t_unfold, 2), "max_rel_error": err}
+        print(name, report["layers"][name], flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "conv_grads.json").write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
