@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.func import grad, vmap
+
+from dpfl.device import configure, describe
+from timing import best                  # benchmarks/
 
 #: MnistCNN's convolutions (``dpfl.models.MNIST_CNN``): name, in channels, out channels, input side
 LAYERS = [("conv1", 1, 32, 28), ("conv2", 32, 64, 26)]
@@ -47,19 +49,6 @@ def by_unfold(weight, a, g):
     return grads.reshape(m, batch, out, c_in, k, k)
 
 
-def _best(fn, repeats: int, device: str) -> float:
-    times = []
-    for _ in range(repeats):
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return min(times[1:]) if len(times) > 1 else times[0]      # the first includes start-up
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
@@ -68,12 +57,9 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=6)
     args = parser.parse_args(argv)
-    if args.device.startswith("cuda"):
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False   # as dpfl.device.configure
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    configure(args.device)                                  # the engine's kernels: deterministic, no TF32
     gen = torch.Generator().manual_seed(0)
-    report = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
-              "torch": torch.__version__, "clients": args.clients, "batch": args.batch, "layers": {}}
+    report = {"device": describe(args.device), "clients": args.clients, "batch": args.batch, "layers": {}}
     for name, c_in, c_out, side in LAYERS:
         m, b = args.clients, args.batch
         w = torch.randn(m, c_out, c_in, 3, 3, generator=gen).to(args.device)
@@ -83,8 +69,8 @@ def main(argv=None) -> int:
         err = float((ours - unfolded).abs().max() / ours.abs().max())
         if err > 1e-4:
             raise AssertionError(f"{name}: the two routes disagree (max relative error {err:.2e})")
-        t_vmap = _best(lambda: by_vmap(w, a, g), args.repeats, args.device)
-        t_unfold = _best(lambda: by_unfold(w, a, g), args.repeats, args.device)
+        t_vmap = best(lambda: by_vmap(w, a, g), args.repeats, args.device)
+        t_unfold = best(lambda: by_unfold(w, a, g), args.repeats, args.device)
         report["layers"][name] = {"vmap_s": round(t_vmap, 5), "unfold_s": round(t_unfold, 5),
                                   "vmap_over_unfold": round(t_vmap / t_unfold, 2), "max_rel_error": err}
         print(name, report["layers"][name], flush=True)

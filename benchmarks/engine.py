@@ -23,7 +23,6 @@ import os
 import platform
 import subprocess
 import sys
-import time
 
 import pandas as pd
 import torch
@@ -36,25 +35,9 @@ from dpfl.models import CIFAR_CNN, GEYER_MLP, MNIST_CNN
 from dpfl.opcount import OpCounter
 from dpfl.provenance import device_name, git_commit
 from peers import TorchMnistCNN          # benchmarks/: the same nn.Module as the peers' Opacus clients
+from timing import best
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _sync():
-    if DEVICE == "cuda":
-        torch.cuda.synchronize()
-
-
-def _time(fn, repeat=3):
-    fn()                                   # warm-up
-    best = float("inf")
-    for _ in range(repeat):
-        _sync()
-        start = time.perf_counter()
-        fn()
-        _sync()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def _setup(model, m, steps, batch):
@@ -72,7 +55,7 @@ def step_ratio(model, batch=16, steps=10):
     out = {}
     for name, cfg in [("plain", LocalConfig()), ("ghost", LocalConfig(dp=True, noise_multiplier=2.0)),
                       ("full", LocalConfig(dp=True, noise_multiplier=2.0, per_sample="full"))]:
-        out[name] = _time(lambda: run(cfg), repeat=5) / steps
+        out[name] = best(lambda: run(cfg), 5, DEVICE) / steps
     return out
 
 
@@ -95,8 +78,8 @@ def round_ratio(clients, steps=2, batch=16):
     cfg = LocalConfig(dp=True, noise_multiplier=2.0)
     stacked, x, y = _setup(MNIST_CNN, clients, steps, batch)
     gens = lambda: client_generators(0, 0, range(clients), device=DEVICE)
-    ours = _time(lambda: local_train(MNIST_CNN, cfg, stacked, init_state(stacked, cfg), x, y, gens()), repeat=3)
-    theirs = _time(lambda: opacus_loop(clients, x, y), repeat=3)
+    ours = best(lambda: local_train(MNIST_CNN, cfg, stacked, init_state(stacked, cfg), x, y, gens()), 3, DEVICE)
+    theirs = best(lambda: opacus_loop(clients, x, y), 3, DEVICE)
     return ours, theirs
 
 
@@ -132,9 +115,10 @@ def geyer_round_ratio(clients: int, epochs: int = 4, batches: int = 10, batch: i
     x = torch.rand(clients, epochs * batches, batch, 1, 28, 28, device=DEVICE)
     y = torch.randint(0, 10, (clients, epochs * batches, batch), device=DEVICE)
     cfg = LocalConfig(optimizer="sgd", lr=0.1)
-    ours = _time(lambda: _server_step(updates_from(GEYER_MLP, cfg, g0, x, y, client_generators(0, 0, range(clients),
-                                                                                              device=DEVICE), 0.1)))
-    theirs = _time(lambda: plain_geyer_loop(g0, x, y))
+    ours = best(lambda: _server_step(updates_from(GEYER_MLP, cfg, g0, x, y, client_generators(0, 0, range(clients),
+                                                                                             device=DEVICE), 0.1)),
+                device=DEVICE)
+    theirs = best(lambda: plain_geyer_loop(g0, x, y), device=DEVICE)
     return ours, theirs
 
 

@@ -9,7 +9,7 @@
 
     PYTHONPATH=lib python benchmarks/gpu_first.py --data-dir DIR --out OUT_DIR
 
-Writes ``gpu_first.json`` (and the profile table) to OUT_DIR. ``--device cpu --clients 2 --local-steps 2`` runs the same
+Writes ``gpu_first.json``, its summary ``gpu_first.md`` and the profile table to OUT_DIR. ``--device cpu --clients 2 --local-steps 2`` runs the same
 steps on a CPU at a small scale (the test suite does, so that the first GPU command cannot fail on a slip).
 """
 from __future__ import annotations
@@ -39,6 +39,36 @@ def _round_seconds(run: ZhengRun) -> dict:
             "acc_stored_local": [round(a, 4) for a in metrics["acc_stored_local"]]}
 
 
+#: the timed runs of the report: key, what
+TIMED = [("mnist_p1", "MNIST p = 1, private"), ("mnist_p0.25", "MNIST p = 0.25, private"),
+         ("cifar_p1", "CIFAR-10 p = 1, private")]
+
+
+def summary(report: dict) -> str:
+    """The report as Markdown: the device, whether one seed repeated the smoke run bit for bit, seconds per
+    round and peak memory of each timed run, and the checkpoint's cost (``gpu_first.md`` beside the JSON)."""
+    dev = report["device"]
+    where = dev.get("gpu") or f"cpu ({dev.get('cpu')}, {dev.get('cores')} cores)"
+    lines = [f"# gpu_first on {where}", "",
+             f"torch {dev['torch']}" + (f", CUDA {dev['cuda']}, cuDNN {dev['cudnn']} (deterministic: "
+                                         f"{dev['cudnn_deterministic']}), TF32 {'on' if dev['tf32'] else 'off'}"
+                                         if "gpu" in dev else ""), ""]
+    if "smoke_bitwise_equal" in report:
+        lines += [f"A smoke run computed twice with one seed: metrics bitwise equal = {report['smoke_bitwise_equal']}.", ""]
+    rows = [(what, report[key]) for key, what in TIMED if key in report]
+    if rows:
+        lines += ["| run | rounds | seconds per round (best after the first) | peak GPU memory (GiB) |",
+                  "|:--|--:|--:|--:|"]
+        lines += [f"| {what} | {r['rounds']} | {r['best_after_first_s']} | {r['peak_gpu_gib'] if r['peak_gpu_gib'] is not None else '—'} |"
+                  for what, r in rows]
+        lines.append("")
+    if "checkpoint" in report:
+        c = report["checkpoint"]
+        lines += [f"A checkpoint of {c['clients']} MNIST clients (models and Adam moments): {c['gib']} GiB, "
+                  f"written in {c['seconds']} s.", ""]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", required=True)
@@ -60,6 +90,7 @@ def main(argv=None) -> int:
 
     def save():
         (out / "gpu_first.json").write_text(json.dumps(report, indent=1) + "\n")
+        (out / "gpu_first.md").write_text(summary(report))
 
     common = dict(device=device, data_dir=args.data_dir, progress=False)
     timed = dict(common, num_clients=clients, local_steps=args.local_steps)

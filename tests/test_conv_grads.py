@@ -3,12 +3,14 @@ per-sample autograd loop, and the script runs every step on a CPU at 2 clients (
 command, benchmarks/GPU_QUEUE.md)."""
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))                 # its sibling module timing.py, as when run as a script
 spec = importlib.util.spec_from_file_location("conv_grads", ROOT / "benchmarks" / "conv_grads.py")
 conv_grads = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(conv_grads)

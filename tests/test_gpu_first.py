@@ -23,3 +23,7 @@ def test_gpu_first_runs_every_step_on_a_cpu(data_root, tmp_path):
     assert report["checkpoint"]["clients"] == 2 and report["checkpoint"]["gib"] > 0
     assert "Self CPU time total" in (tmp_path / "profile_mnist_p1.txt").read_text()
     assert "cifar_p1" not in report
+    md = (tmp_path / "gpu_first.md").read_text()
+    assert "bitwise equal = True" in md and "CIFAR-10" not in md
+    for p in ("1", "0.25"):
+        assert f"| MNIST p = {p}, private | 2 | {report[f'mnist_p{p}']['best_after_first_s']} | — |" in md

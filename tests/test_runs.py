@@ -227,7 +227,6 @@ def test_a_resumed_training_run_records_its_stretches_in_the_provenance(tmp_path
     assert runs.run(Resumed(2), cache).provenance["segments"] == resumed["segments"]   # and it is kept in the cache
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Metrics:
     """A result like a training run's: a DataFrame whose columns (and one column) are strings."""
@@ -239,7 +238,7 @@ class Metrics:
         table.columns = table.columns.astype(pd.StringDtype(self.storage))
         table["note"] = table["note"].astype(pd.StringDtype(self.storage))
         table.attrs["segments"] = [{"first_round": 1}]
-        return {"metrics": table, "per_client": [table.set_index("note")["round"]]}
+        return {"metrics": table, "per_client": [table.set_index("note")["round"]], "no_rows": table.iloc[:0]}
 
 
 @pytest.mark.parametrize("storage", ["python", "pyarrow"])
@@ -256,5 +255,6 @@ def test_cached_results_hold_no_pandas_string_dtype(tmp_path, storage):
     stored = cache.load(Metrics(storage)).value
     table, series = stored["metrics"], stored["per_client"][0]
     assert table.columns.dtype == object and table["note"].dtype == object and series.index.dtype == object
+    assert stored["no_rows"]["note"].dtype == object                 # a run stopped before its first row
     assert table.attrs == {"segments": [{"first_round": 1}]}
     assert table.astype(str).equals(computed["metrics"].astype(str))

@@ -125,17 +125,18 @@ def _portable(value):
     developers' machines): a result computed on the GPU would read as unreadable here and be recomputed."""
     import pandas as pd
 
-    def plain(index):
-        return index.astype(object) if pd.api.types.is_string_dtype(index.dtype) and index.dtype != object else index
+    def stringy(dtype) -> bool:
+        return dtype != object and pd.api.types.is_string_dtype(dtype)
+
+    def plain(obj):                                   # an Index or a Series
+        return obj.astype(object) if stringy(obj.dtype) else obj
 
     if isinstance(value, pd.DataFrame):
-        out = value.copy()
+        out = value.astype({name: object for name, dtype in value.dtypes.items() if stringy(dtype)})   # keeps attrs
         out.columns, out.index = plain(out.columns), plain(out.index)
-        for name in out.columns[[pd.api.types.is_string_dtype(t) and t != object for t in out.dtypes]]:
-            out[name] = out[name].astype(object)
         return out
     if isinstance(value, pd.Series):
-        out = value.astype(object) if pd.api.types.is_string_dtype(value.dtype) and value.dtype != object else value.copy()
+        out = plain(value).copy()
         out.index = plain(out.index)
         return out
     if isinstance(value, dict):
