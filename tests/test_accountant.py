@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from dpfl.accounting import calibrate, gdp, rdp
-from dpfl.accounting.accountant import Accountant, GaussianEvent, SampledGaussianEvent
+from dpfl.accounting.accountant import Accountant, GaussianEvent, NonPrivateEvent, SampledGaussianEvent
 
 
 def test_methods_agree_with_the_pure_functions():
@@ -35,6 +35,28 @@ def test_delta_epsilon_roundtrip_for_every_method():
         eps = acc.epsilon(1e-6)
         assert acc.delta(eps) == pytest.approx(1e-6, rel=1e-3)
         assert Accountant(method).epsilon(1e-6) == 0.0
+
+
+def test_a_non_private_release_leaves_no_guarantee_in_every_method():
+    """A NonPrivateEvent (training without noise) composed with anything reports ε = ∞, δ(ε) = 1 and
+    μ = ∞ — never the 0 of an empty accountant, which would claim perfect privacy — as dp_accounting
+    does for its NonPrivateDpEvent; and it survives a resume."""
+    dp_accounting = pytest.importorskip("dp_accounting")
+    from dp_accounting.rdp import RdpAccountant
+
+    theirs = RdpAccountant()
+    theirs.compose(dp_accounting.GaussianDpEvent(2.0))
+    theirs.compose(dp_accounting.NonPrivateDpEvent())
+    for method in ("rdp", "rdp-classic", "gdp-clt", "fdp"):
+        acc = Accountant(method).compose(GaussianEvent(2.0)).compose(NonPrivateEvent())
+        assert not acc.private and Accountant(method).compose(GaussianEvent(2.0)).private
+        assert acc.epsilon(1e-5) == theirs.get_epsilon(1e-5) == np.inf
+        assert acc.delta(1.0) == theirs.get_delta(1.0) == 1.0
+        resumed = Accountant().load_state_dict(json.loads(json.dumps(acc.state_dict())))
+        assert resumed.epsilon(1e-5) == np.inf and resumed.events == acc.events
+    assert Accountant("gdp-clt").compose(NonPrivateEvent()).mu() == np.inf
+    with pytest.raises(ValueError, match="no trade-off function"):
+        Accountant("fdp").compose(NonPrivateEvent()).tradeoff()
 
 
 def test_state_dict_resumes_exactly():

@@ -39,6 +39,9 @@ def test_fixed_sampling_without_replacement_and_schedule():
     assert s.event(1.0, 100, 0).q == 0.2 and s.event(1.0, 100, 0).sampling == "without_replacement"
     with pytest.raises(ValueError, match="exceeds the number of clients"):
         FixedClients(200).sample(100, rng)
+    with pytest.raises(ValueError, match="m = 40 exceeds the number of clients K = 35"):
+        s.check(35)                                   # the schedule's largest m_t, before any round runs
+    PoissonClients(0.5).check(1)                      # any K fits Poisson sampling
     with pytest.raises(ValueError, match="^p"):
         PoissonClients(0.0)
 

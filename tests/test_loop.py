@@ -107,6 +107,21 @@ def test_a_resumed_run_lists_the_stretches_it_took(tmp_path):
     assert [(s["first_round"], s["git_commit"]) for s in again][0] == (1, "unknown") and again[1]["first_round"] == 6
 
 
+@pytest.mark.parametrize("name", ["prifedsync", "client_dp", "geyer"])
+def test_a_run_without_noise_reads_no_guarantee(name):
+    """Without noise every privacy column says so (μ = ∞, δ = 1), through the same accountant path as a
+    private run (a ``NonPrivateEvent``): never μ = 0 or δ = 0, which would claim perfect privacy."""
+    cls, make = ALGORITHMS[name]
+    cfg = make(2, 0)["cfg"]
+    quiet = dataclasses.replace(cfg, local=dataclasses.replace(cfg.local, noise_multiplier=0.0)) \
+        if name == "prifedsync" else dataclasses.replace(cfg, noise_multiplier=0.0, clip=1.0)
+    for cfg in ([quiet, dataclasses.replace(quiet, local=dataclasses.replace(quiet.local, dp=False))]
+                if name == "prifedsync" else [quiet]):
+        metrics = loop.run(cls(GEYER_MLP, cfg), _data(), progress=False, device=DEVICE)
+        expected = np.inf if name == "prifedsync" else 1.0
+        assert (metrics[PRIVACY_COLUMNS[name]] == expected).all().all(), metrics[PRIVACY_COLUMNS[name]]
+
+
 def test_a_deadline_without_a_checkpoint_still_stops_cleanly():
     with pytest.raises(loop.Interrupted, match="no checkpoint"):
         _run("prifedsync", deadline=time.time() - 1)

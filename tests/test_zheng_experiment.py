@@ -165,7 +165,7 @@ def test_a_cell_runs_to_its_target_then_its_twin_to_the_same_round(data_root, tm
     metrics = cache.load(cell).value
     assert len(metrics) == 1 and cell.stop_at == 0.05 and cell.rounds == 2     # stopped at its target
     twin = cache.load(z.twin(cell, 1)).value
-    assert len(twin) == 1 and "mu_max_clt" in twin and (twin.mu_max_clt == 0).all()
+    assert len(twin) == 1 and "mu_max_clt" in twin and np.isinf(twin.mu_max_clt).all()    # no noise: no guarantee
     assert z.main(args) == 0 and "0 run(s) missing" in capsys.readouterr().out  # nothing left, twin included
     done = z.cached_cells(cache, "1", data_dir=str(data_root))
     assert list(done) == [(1.0, 0.75)] and done[(1.0, 0.75)][2].equals(twin)

@@ -2,7 +2,9 @@
 
 Events are immutable (as in Google's dp_accounting): a :class:`GaussianEvent` is one release of a
 Gaussian mechanism with noise multiplier σ; a :class:`SampledGaussianEvent` is one step on a
-subsample (rate q; ``"poisson"`` or ``"without_replacement"``). The accountant records
+subsample (rate q; ``"poisson"`` or ``"without_replacement"``); a :class:`NonPrivateEvent` is a
+release with no guarantee at all (training without noise; dp_accounting's ``NonPrivateDpEvent``):
+once one is composed, every method reports ε = ∞, δ(ε) = 1 and μ = ∞. The accountant records
 ``(event, count)`` pairs and reports ε(δ), δ(ε) — and μ for the GDP method — under one method:
 
 * ``"rdp"`` / ``"rdp-classic"`` — RDP composed over the events, improved or classic conversion;
@@ -24,7 +26,7 @@ import numpy as np
 from dpfl import checks
 from dpfl.accounting import gdp, rdp, tradeoff
 
-__all__ = ["GaussianEvent", "SampledGaussianEvent", "Accountant", "METHODS", "GUARANTEES"]
+__all__ = ["GaussianEvent", "SampledGaussianEvent", "NonPrivateEvent", "Accountant", "METHODS", "GUARANTEES"]
 
 METHODS = ("rdp", "rdp-classic", "gdp-clt", "fdp")
 #: the methods whose ε(δ) is a guarantee (an upper bound on the true ε), not an approximation
@@ -56,8 +58,14 @@ class SampledGaussianEvent:
         checks.one_of("sampling", self.sampling, rdp.SAMPLINGS)
 
 
-Event = Union[GaussianEvent, SampledGaussianEvent]
-_EVENT_TYPES = {cls.__name__: cls for cls in (GaussianEvent, SampledGaussianEvent)}
+@dataclasses.dataclass(frozen=True)
+class NonPrivateEvent:
+    """A release with no privacy guarantee (e.g. a round trained without noise): composed with
+    anything, it leaves none — ε = ∞, δ(ε) = 1, μ = ∞ (never 0, which would claim perfect privacy)."""
+
+
+Event = Union[GaussianEvent, SampledGaussianEvent, NonPrivateEvent]
+_EVENT_TYPES = {cls.__name__: cls for cls in (GaussianEvent, SampledGaussianEvent, NonPrivateEvent)}
 
 
 @functools.lru_cache(maxsize=256)
@@ -98,7 +106,14 @@ class Accountant:
         return self
 
     # -- reports ------------------------------------------------------------------------------
+    @property
+    def private(self) -> bool:
+        """False once a :class:`NonPrivateEvent` has been composed: there is no guarantee to report."""
+        return not any(isinstance(event, NonPrivateEvent) for event, _ in self.events)
+
     def rdp_curve(self) -> np.ndarray:
+        if not self.private:
+            return np.full_like(self.orders, np.inf)
         total = np.zeros_like(self.orders)
         for event, count in self.events:
             total += count * _event_rdp(event, tuple(self.orders))
@@ -108,6 +123,8 @@ class Accountant:
         """**Approximate** μ of the composition under the GDP CLT (method ``"gdp-clt"`` only)."""
         if self.method != "gdp-clt":
             raise ValueError(f"mu is defined for method 'gdp-clt'; this accountant uses {self.method!r}")
+        if not self.private:
+            return np.inf
         mus = []
         for event, count in self.events:
             if isinstance(event, GaussianEvent):
@@ -119,7 +136,9 @@ class Accountant:
         return float(gdp.compose(*mus)) if mus else 0.0
 
     def tradeoff(self) -> tradeoff.TradeOff:
-        """The composed trade-off function (method ``"fdp"``)."""
+        """The composed trade-off function (method ``"fdp"``; none after a :class:`NonPrivateEvent`)."""
+        if not self.private:
+            raise ValueError("a NonPrivateEvent has been composed: there is no trade-off function to report")
         result = tradeoff.identity()
         for event, count in self.events:
             single = tradeoff.gaussian(1.0 / event.sigma)
@@ -137,6 +156,8 @@ class Accountant:
         checks.in_range("delta", delta, 0, 1, lo_open=True, hi_open=True)
         if not self.events:
             return 0.0
+        if not self.private:
+            return np.inf
         if self.method.startswith("rdp"):
             return rdp.epsilon(self.rdp_curve(), self.orders, delta, self._conversion)
         if self.method == "gdp-clt":
@@ -147,6 +168,8 @@ class Accountant:
         checks.nonnegative("eps", eps)
         if not self.events:
             return 0.0
+        if not self.private:
+            return 1.0
         if self.method.startswith("rdp"):
             return rdp.delta(self.rdp_curve(), self.orders, eps, self._conversion)
         if self.method == "gdp-clt":

@@ -24,7 +24,7 @@ import pandas as pd
 import torch
 
 from dpfl import checks
-from dpfl.accounting.accountant import Accountant, SampledGaussianEvent
+from dpfl.accounting.accountant import Accountant, NonPrivateEvent, SampledGaussianEvent
 from dpfl.data import FederatedDataset, load_dataset, partition
 from dpfl.data.datasets import Dataset
 from dpfl.federated.client_dp import ClientDPConfig, ClientLevelDP
@@ -126,28 +126,20 @@ class GeyerDP(ClientLevelDP):
     ``median_shift``; with ``diagnostics``, V_c and U_s."""
 
     def accountants(self) -> list[Privacy]:
-        if self.cfg.noise_multiplier == 0:
-            return []
         return super().accountants() + [Privacy("paper", paper_accountant(),
                                                 lambda a: {"delta_paper": a.delta(self.cfg.target_eps)})]
 
     def events(self, r: Round) -> dict:
         cfg, events = self.cfg, super().events(r)
-        if events:
-            q = cfg.sampler.rate(self.K, r.t - 1)
-            events["paper"] = [paper_round(cfg.noise_multiplier, q, cfg.accumulations)]
+        q = cfg.sampler.rate(self.K, r.t - 1)
+        events["paper"] = [paper_round(cfg.noise_multiplier, q, cfg.accumulations) if cfg.noise_multiplier > 0
+                           else (NonPrivateEvent(), 1)]
         return events
 
     def inspect(self, updates: dict) -> dict:
         row = {"median_shift": median_shift(updates)}
         if self.cfg.diagnostics:
             row["V_c"], row["U_s"] = spread(updates)
-        return row
-
-    def round(self, r: Round) -> dict:
-        row = super().round(r)
-        if self.cfg.noise_multiplier == 0:
-            row["delta_paper"] = 1.0
         return row
 
     def stop(self, row: dict) -> bool:

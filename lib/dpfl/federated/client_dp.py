@@ -18,14 +18,14 @@ import numpy as np
 import torch
 
 from dpfl import checks
-from dpfl.accounting.accountant import Accountant
+from dpfl.accounting.accountant import Accountant, NonPrivateEvent
 from dpfl.data.federated import FederatedDataset
 from dpfl.federated import server
 from dpfl.federated.local import client_generators, updates_from
 from dpfl.federated.loop import Algorithm, LoopConfig, Privacy, Round
 from dpfl.models import Model
 
-__all__ = ["ServerDPConfig", "ClientDPConfig", "ClientLevelDP", "event_multiplier"]
+__all__ = ["ServerDPConfig", "ClientDPConfig", "ServerDP", "ClientLevelDP", "event_multiplier"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -111,7 +111,7 @@ class ClientDPConfig(ServerDPConfig):
         if self.delta_budget is not None:
             checks.in_range("delta_budget", self.delta_budget, 0, 1, lo_open=True, hi_open=True)
         checks.nonnegative("count_noise_std", self.count_noise_std)
-        checks.one_of("batch_sampling", self.batch_sampling, ("fixed", "poisson", "shuffle"))
+        checks.one_of("batch_sampling", self.batch_sampling, ("fixed", "shuffle"))    # local training has no masks
         if self.clip == "adaptive":
             if self.per_layer:
                 raise ValueError("per_layer must be False with clip='adaptive' (one whole-model bound)")
@@ -126,7 +126,26 @@ def event_multiplier(noise_multiplier: float, tensors: int, per_layer: bool) -> 
     return noise_multiplier / math.sqrt(tensors if per_layer else 1)
 
 
-class ClientLevelDP(Algorithm):
+class ServerDP(Algorithm):
+    """What the algorithms of :class:`ServerDPConfig` share: the sampled clients train from the global
+    model ``state["global"]`` and send their updates (:meth:`local_updates`); the server clips and
+    noises them and moves the global model by the resulting step (:meth:`move`)."""
+
+    def local_updates(self, r: Round, sampling: str = "fixed") -> tuple:
+        """Round ``r``'s batches ``x``, ``y``, the clients' generators, the learning rate and the
+        clients' updates Δ_k = w_k − w_t (stacked, unclipped)."""
+        cfg = self.cfg
+        x, y, _ = self.fd.batches(r.selected, cfg.batch_size, cfg.local_steps, r.rng, sampling=sampling)
+        lr = cfg.lr_schedule(cfg.local.lr, cfg.lr_schedule.count(r.t, cfg.local_steps))
+        gens = client_generators(cfg.seed, r.t, r.selected, device=r.device)
+        return x, y, gens, lr, updates_from(self.model, cfg.local, self.state["global"], x, y, gens, lr, chunk=cfg.chunk)
+
+    def move(self, step: dict) -> None:
+        """w_{t+1} = w_t + step."""
+        self.state["global"] = {k: v + step[k] for k, v in self.state["global"].items()}
+
+
+class ClientLevelDP(ServerDP):
     """The algorithm's state (global model, adaptive clip bound) and its round; run it with
     :func:`dpfl.federated.loop.run`, which gives one row per round: accuracy and loss of the global
     model on every client's test set (every ``cfg.eval_every`` rounds), δ at ``target_eps`` (:class:`ClientDPConfig`), clip bound,
@@ -149,27 +168,23 @@ class ClientLevelDP(Algorithm):
 
     def accountants(self) -> list[Privacy]:
         eps = self.cfg.target_eps
-        if self.cfg.noise_multiplier == 0:
-            return []
         return [Privacy("guarantee", Accountant("rdp"), lambda a: {"delta": a.delta(eps)})]
 
     def events(self, r: Round) -> dict:
-        if self.cfg.noise_multiplier == 0:
-            return {}
-        return {"guarantee": [(self.cfg.sampler.event(self.z_event, self.K, r.t - 1), 1)]}
+        """The sampler's event, or a ``NonPrivateEvent`` (δ = 1) for a run without noise."""
+        private = self.cfg.noise_multiplier > 0
+        return {"guarantee": [(self.cfg.sampler.event(self.z_event, self.K, r.t - 1) if private
+                               else NonPrivateEvent(), 1)]}
 
     def inspect(self, updates: dict) -> dict:
         """Extra columns of the round's row from its updates (stacked, before clipping); none here."""
         return {}
 
     def round(self, r: Round) -> dict:
-        cfg, global_ = self.cfg, self.state["global"]
-        x, y, _ = self.fd.batches(r.selected, cfg.batch_size, cfg.local_steps, r.rng, sampling=cfg.batch_sampling)
-        lr = cfg.lr_schedule(cfg.local.lr, cfg.lr_schedule.count(r.t, cfg.local_steps))
-        updates = updates_from(self.model, cfg.local, global_, x, y,
-                               client_generators(cfg.seed, r.t, r.selected, device=r.device), lr, chunk=cfg.chunk)
+        cfg = self.cfg
+        *_, lr, updates = self.local_updates(r, cfg.batch_sampling)
         extra = self.inspect(updates)
-        noise_gen = torch.Generator(device=r.device).manual_seed(int(r.rng.integers(2 ** 62)))
+        noise_gen = r.torch_generator()
         if cfg.clip == "median":
             bound = server.median_bounds(updates)
         elif cfg.clip == "adaptive":
@@ -181,14 +196,12 @@ class ClientLevelDP(Algorithm):
         step = server.gaussian_mean(clipped, bound, self.z, noise_gen, denominator)
         if cfg.clip == "adaptive":
             self.state["bound"] = cfg.next_bound(norms, bound, cfg.count_noise_std, noise_gen, denominator)
-        self.state["global"] = {k: global_[k] + step[k] for k in global_}
+        self.move(step)
         row = {"lr": lr,
                "mean_update_norm": float(torch.stack(list(norms.values())).mean()) if isinstance(norms, dict)
                else float(norms.mean()),
                "clip_bound": float(np.mean(list(bound.values()))) if isinstance(bound, dict) else float(bound),
                **extra}
-        if cfg.noise_multiplier == 0:
-            row["delta"] = 1.0
         return row
 
     def evaluate(self, r: Round) -> dict:

@@ -6,7 +6,8 @@ model is evaluated on its own test set (the accuracy Zheng et al.'s code stores 
 for unselected clients; docs/zheng2021.md §2) → elastic averaging (η, α) → the global model is evaluated
 on every client's test set (and, every ``eval_every`` rounds, every client's local model: the clean
 personalised metric). Accounting: the batch sampler's event (``sampling.batch_event``) K times per
-round into the GDP central-limit accountant: Theorem 2's μ_max, an approximation.
+round into the GDP central-limit accountant: Theorem 2's μ_max, an approximation; a run without
+noise composes a ``NonPrivateEvent`` (μ_max = ∞: no guarantee).
 
 Randomness: round t's client sample and batches come from a generator seeded by (seed, t), and
 client c's dropout masks and DP noise from one seeded by (seed, t, c), so a resumed run reproduces
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 
 from dpfl import checks
-from dpfl.accounting.accountant import Accountant
+from dpfl.accounting.accountant import Accountant, NonPrivateEvent
 from dpfl.data.augment import crop_flip
 from dpfl.data.federated import FederatedDataset
 from dpfl.federated import server
@@ -62,7 +63,7 @@ class PriFedSync(Algorithm):
     one row per round: ``acc_stored_local`` (the paper's metric), ``acc_global``/``loss_global`` (the
     global model on every client's test set), ``acc_local_all`` (every client's own model, every
     ``eval_every`` rounds), ``mu_max_clt`` (Theorem 2's μ_max: the GDP central-limit
-    **approximation** the paper reports), the mean learning rate and the round's wall time. On
+    **approximation** the paper reports; ∞ for a run without noise), the mean learning rate and the round's wall time. On
     "cuda" every sampled client trains in one vmapped call; a CPU run and a GPU run draw different
     noise."""
 
@@ -86,22 +87,20 @@ class PriFedSync(Algorithm):
         self.test = fd.test_batch(np.arange(K))
         # Zheng's μ_max: the CLT of the busiest client's steps (the smallest client has the largest B/n)
         self.event = (batch_event(cfg.local.noise_multiplier, cfg.batch_size, int(fd.client_sizes.min()))
-                      if self.private else None)
+                      if self.private else NonPrivateEvent())
 
     def accountants(self) -> list[Privacy]:
-        if not self.private:
-            return []
         return [Privacy("record", Accountant("gdp-clt"), lambda a: {"mu_max_clt": a.mu()})]
 
     def events(self, r: Round) -> dict:
-        return {"record": [(self.event, self.cfg.local_steps)]} if self.private else {}
+        return {"record": [(self.event, self.cfg.local_steps if self.private else 1)]}
 
     def round(self, r: Round) -> dict:
         cfg, fd, model, state = self.cfg, self.fd, self.model, self.state
         x_test, y_test, m_test = self.test
         x, y, _ = fd.batches(r.selected, cfg.batch_size, cfg.local_steps, r.rng)
         if cfg.augment:                             # offsets from a CPU generator: the same crops on every device
-            x = crop_flip(x, torch.Generator().manual_seed(int(r.rng.integers(2 ** 62))), fill=fd.black)
+            x = crop_flip(x, r.torch_generator("cpu"), fill=fd.black)
         idx = torch.as_tensor(r.selected, device=r.device)
         params, opt = take(state["local"], idx), take(state["opt"], idx)
         sched = cfg.lr_schedule
@@ -116,15 +115,12 @@ class PriFedSync(Algorithm):
         state["global"], state["local"] = server.elastic(state["global"], state["local"], r.selected,
                                                          cfg.alpha, cfg.eta)
         acc_global, loss_global = self.evaluate_global(state["global"])
-        row = {
+        return {
             "acc_stored_local": stored,                                  # the paper's metric
             "acc_global": float(acc_global.mean()),
             "loss_global": float(loss_global.mean()),
             "lr_mean": float(torch.as_tensor(lr).mean()) if lr is not None else cfg.local.lr,
         }
-        if not self.private:
-            row["mu_max_clt"] = np.inf if cfg.local.dp else 0.0
-        return row
 
     def evaluate(self, r: Round) -> dict:
         """Every client's own model on its test set: the clean personalised metric."""

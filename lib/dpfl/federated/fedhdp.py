@@ -33,10 +33,10 @@ from dpfl.accounting.accountant import Accountant
 from dpfl.data.federated import FederatedDataset
 from dpfl.federated import server
 from dpfl.federated.evaluate import accuracy
-from dpfl.federated.local import client_generators, put, take, updates_from
+from dpfl.federated.local import put, take
 from dpfl.federated.personalize import ditto
-from dpfl.federated.client_dp import ServerDPConfig
-from dpfl.federated.loop import Algorithm, Privacy, Round
+from dpfl.federated.client_dp import ServerDP, ServerDPConfig
+from dpfl.federated.loop import Privacy, Round
 from dpfl.models import Model
 
 __all__ = ["FedHDPConfig", "FedHDP"]
@@ -75,7 +75,7 @@ class FedHDPConfig(ServerDPConfig):
             checks.positive_int("personal_steps", self.personal_steps)
 
 
-class FedHDP(Algorithm):
+class FedHDP(ServerDP):
     """The algorithm's state (global model, every client's personal model, each group's clip bound)
     and its round; run it with :func:`dpfl.federated.loop.run` (one row per round).
     ``groups``: each client's privacy group (0, 1, …); ``server_test``: (x, y) of the server test
@@ -126,23 +126,28 @@ class FedHDP(Algorithm):
                 for l, z in enumerate(cfg.noise_multipliers) if z > 0}
 
     def round(self, r: Round) -> dict:
-        cfg, fd, model, L, groups, state = self.cfg, self.fd, self.model, self.L, self.groups, self.state
-        selected, global_ = r.selected, state["global"]
-        x, y, _ = fd.batches(selected, cfg.batch_size, cfg.local_steps, r.rng)
-        lr = cfg.lr_schedule(cfg.local.lr, cfg.lr_schedule.count(r.t, cfg.local_steps))
-        gens = client_generators(cfg.seed, r.t, selected, device=r.device)
-        updates = updates_from(model, cfg.local, global_, x, y, gens, lr, chunk=cfg.chunk)
-        noise_gen = torch.Generator(device=r.device).manual_seed(int(r.rng.integers(2 ** 62)))
-        means, counts, row = [], [], {"lr": lr}
-        for l in range(L):
-            members = torch.as_tensor(np.flatnonzero(groups[selected] == l), device=r.device)
+        x, y, gens, lr, updates = self.local_updates(r)
+        anchor = self.state["global"]                         # the w_t the clients received
+        row = {"lr": lr} | self.aggregate(r, updates)
+        self.personalise(r, x, y, gens, anchor)
+        return row | self._evaluate_global()
+
+    def aggregate(self, r: Round, updates: dict) -> dict:
+        """Per group, the DP-FedAvg average of its clipped updates, then ``server.two_step``; each
+        group's clip bound moves (adaptive clipping). Returns the row's clip bounds (and what
+        :meth:`inspect_group` adds)."""
+        cfg, state, groups = self.cfg, self.state, self.groups[r.selected]
+        noise_gen = r.torch_generator()
+        means, counts, row = [], [], {}
+        for l in range(self.L):
+            members = torch.as_tensor(np.flatnonzero(groups == l), device=r.device)
             private = cfg.noise_multipliers[l] > 0
             # a private group's noised sum is divided by a public number (Poisson: its expected count) and
             # released even when empty: neither its weight nor its presence may depend on who took part
             denominator = cfg.sampler.denominator(self.sizes[l]) if private else None
             counts.append(int(members.numel()) if denominator is None else denominator)
             if members.numel() == 0 and denominator is None:
-                means.append({k: torch.zeros_like(v) for k, v in global_.items()})
+                means.append({k: torch.zeros_like(v) for k, v in state["global"].items()})
                 continue
             bound = state["bounds"][l]
             clipped, norms = server.clip_updates({k: v[members] for k, v in updates.items()}, bound, inplace=True)
@@ -150,21 +155,23 @@ class FedHDP(Algorithm):
             row[f"clip_{l}"] = bound
             row |= self.inspect_group(l, clipped, self.z_update[l] * bound / counts[-1])
             state["bounds"][l] = cfg.next_bound(norms, bound, self.count_std[l], noise_gen, denominator)
-        anchor = global_                                      # the w_t the clients received
         if any(c * ratio > 0 for c, ratio in zip(counts, cfg.ratios)):
-            step = server.two_step(means, counts, cfg.ratios)
-            state["global"] = {k: global_[k] + step[k] for k in global_}
-        # Ditto: every participating client's personal model, pulled toward the w_t it received
+            self.move(server.two_step(means, counts, cfg.ratios))
+        return row
+
+    def personalise(self, r: Round, x, y, gens: list, anchor: dict) -> None:
+        """Ditto: every participating client's personal model takes steps pulled toward the w_t
+        (``anchor``) it received, with its group's λ."""
+        cfg, state, groups = self.cfg, self.state, self.groups[r.selected]
         steps = cfg.personal_steps or cfg.local_steps
-        for l in range(L):
-            pos = np.flatnonzero(groups[selected] == l)
+        for l in range(self.L):
+            pos = np.flatnonzero(groups == l)
             if pos.size == 0:
                 continue
-            idx = torch.as_tensor(selected[pos], device=r.device)
-            new = ditto(model, take(state["personal"], idx), anchor, x[pos][:, :steps], y[pos][:, :steps],
+            idx = torch.as_tensor(r.selected[pos], device=r.device)
+            new = ditto(self.model, take(state["personal"], idx), anchor, x[pos][:, :steps], y[pos][:, :steps],
                         [gens[i] for i in pos], lam=cfg.lams[l], lr=cfg.personal_lr)
             put(state["personal"], idx, new)
-        return row | self._evaluate_global()
 
     def inspect_group(self, group: int, updates: dict, noise_std: float) -> dict:
         """Extra columns of the round's row from group ``group``'s updates as the server averages them

@@ -103,6 +103,11 @@ class Round:
     rng: np.random.Generator
     device: str
 
+    def torch_generator(self, device: str | None = None) -> torch.Generator:
+        """A torch generator on ``device`` (default the round's) seeded by the round's next draw: the
+        server's noise, augmentation offsets."""
+        return torch.Generator(device=device or self.device).manual_seed(int(self.rng.integers(2 ** 62)))
+
 
 @dataclasses.dataclass
 class Privacy:
@@ -137,10 +142,7 @@ class Algorithm:
         if (fd.client_sizes < self.cfg.batch_size).any():
             raise ValueError(f"batch_size {self.cfg.batch_size} exceeds the data of some clients "
                              f"(smallest has {int(fd.client_sizes.min())})")
-        sampler = self.cfg.sampler
-        largest = max(sampler.schedule or (sampler.m,)) if isinstance(sampler, FixedClients) else 0
-        if largest > fd.num_clients:
-            raise ValueError(f"m = {largest} exceeds the number of clients K = {fd.num_clients}")
+        self.cfg.sampler.check(fd.num_clients)
         self.fd, self.K = fd, fd.num_clients
         self.pool = fd.test_index(np.arange(self.K))
         self.used = used_images(*self.pool)

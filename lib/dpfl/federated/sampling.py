@@ -2,7 +2,7 @@
 the privacy accounting cannot silently disagree: a loop asks the sampler that drew the round's
 clients for the round's event (``sampler.event(z, K, round)``), never switches on its type.
 
-Both samplers share one interface: ``sample(num_clients, rng, round_)``,
+Both samplers share one interface: ``check(num_clients)``, ``sample(num_clients, rng, round_)``,
 ``event(noise_multiplier, num_clients, round_)`` and ``denominator(members)`` (what a noised sum of the
 round's clients is divided by so that the event stays true), where ``noise_multiplier`` z is the server's noise
 standard deviation divided by the clipping bound S of one client's contribution (noise N(0, (zS)²)
@@ -28,6 +28,9 @@ class PoissonClients:
 
     def __post_init__(self):
         checks.in_range("p", self.p, 0, 1, lo_open=True)
+
+    def check(self, num_clients: int) -> None:
+        """Any number of clients fits Poisson sampling."""
 
     def sample(self, num_clients: int, rng: np.random.Generator, round_: int = 0) -> np.ndarray:
         while True:
@@ -75,11 +78,15 @@ class FixedClients:
             return self.m
         return self.schedule[min(round_, len(self.schedule) - 1)]
 
+    def check(self, num_clients: int) -> None:
+        """Refuse K clients fewer than the largest m_t (before a run starts, not at its round t)."""
+        largest = max(self.schedule or (self.m,))
+        if largest > num_clients:
+            raise ValueError(f"m = {largest} exceeds the number of clients K = {num_clients}")
+
     def sample(self, num_clients: int, rng: np.random.Generator, round_: int = 0) -> np.ndarray:
-        m = self.size(round_)
-        if m > num_clients:
-            raise ValueError(f"m = {m} exceeds the number of clients K = {num_clients}")
-        return np.sort(rng.choice(num_clients, size=m, replace=False))
+        self.check(num_clients)
+        return np.sort(rng.choice(num_clients, size=self.size(round_), replace=False))
 
     def rate(self, num_clients: int, round_: int = 0) -> float:
         """The fraction m_t/K of clients that take part in round ``round_``."""
