@@ -69,6 +69,7 @@ CASES = {
     # configurations
     "ClientDPConfig clip='foo'": ("clip", lambda: _client_dp(clip="foo")),
     "ClientDPConfig clip=inf": ("clip", lambda: _client_dp(clip=INF)),
+    "ClientDPConfig batch_sampling='poisson'": ("batch_sampling", lambda: _client_dp(batch_sampling="poisson")),
     "ClientDPConfig target_eps=0": ("target_eps", lambda: _client_dp(target_eps=0)),
     "ClientDPConfig target_eps=-1": ("target_eps", lambda: _client_dp(target_eps=-1.0)),
     "ClientDPConfig seed=-1": ("seed", lambda: _client_dp(seed=-1)),
