@@ -44,7 +44,7 @@ from typing import Any, Iterable, Sequence
 from dpfl.io import atomic_path, write_text
 from dpfl.provenance import provenance
 
-__all__ = ["Cache", "Result", "config_hash", "run", "run_many", "default_cache", "CorruptCacheWarning",
+__all__ = ["Cache", "Result", "config_hash", "jsonable", "run", "run_many", "default_cache", "CorruptCacheWarning",
            "RunsFailed", "MissingRuns", "env_flag"]
 
 
@@ -58,7 +58,7 @@ class MissingRuns(RuntimeError):
 
     def __init__(self, missing: list, cache: "Cache"):
         self.missing = missing
-        lines = [f"  {cache.path(c).name}: {_jsonable(c)}" for c in missing[:20]]
+        lines = [f"  {cache.path(c).name}: {jsonable(c)}" for c in missing[:20]]
         more = f"\n  … and {len(missing) - 20} more" if len(missing) > 20 else ""
         super().__init__(f"results-only mode: {len(missing)} run(s) are not in {cache.root} and are not "
                          "computed (unset RESULTS_ONLY to compute them, or fetch them from the machine that "
@@ -85,15 +85,18 @@ class Result:
     cached: bool = False
 
 
-def _jsonable(obj):
+def jsonable(obj):
+    """A config (a frozen dataclass, and what its fields hold) as JSON-able values: floats as their
+    ``repr`` (exact), fields with ``metadata={"hash": False}`` left out — what :func:`config_hash` and
+    a checkpoint's run key (``dpfl.federated.checkpoint.run_key``) hash."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj) if _hashed(obj, f)}
+        return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj) if _hashed(obj, f)}
     if isinstance(obj, enum.Enum):
         return obj.value
     if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
+        return [jsonable(v) for v in obj]
     if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in sorted(obj.items())}
+        return {str(k): jsonable(v) for k, v in sorted(obj.items())}
     if isinstance(obj, float):
         return repr(obj)  # exact, and distinguishes 1.0 from 1
     if obj is None or isinstance(obj, (bool, int, str)):
@@ -153,7 +156,7 @@ def config_hash(config) -> str:
     payload = {
         "type": f"{kind.__module__}.{kind.__qualname__}",
         "code_version": getattr(kind, "code_version", 0),
-        "fields": _jsonable(config),
+        "fields": jsonable(config),
     }
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -197,7 +200,7 @@ class Cache:
             first = None if overwrite else self.load(result.config)
             if first is not None:
                 return first
-            sidecar = {"config": _jsonable(result.config), "provenance": result.provenance}
+            sidecar = {"config": jsonable(result.config), "provenance": result.provenance}
             write_text(path.with_suffix(".json"), json.dumps(sidecar, indent=2) + "\n")
             with atomic_path(path) as tmp, tmp.open("wb") as fh:
                 pickle.dump({"value": _portable(result.value), "provenance": result.provenance}, fh,

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from dpfl.io import atomic_path
+from dpfl.runs import jsonable
 
 __all__ = ["EXTENSIBLE", "run_key", "load", "save"]
 
@@ -30,14 +31,12 @@ def run_key(model, fd, cfg) -> str:
     """A 16-hex-digit hash of the model's name, the (frozen dataclass) config ``cfg`` (less the
     :data:`EXTENSIBLE` fields) and the data: its source, tensor shapes and every client's train and
     test indices."""
-    from dpfl.runs import _jsonable
-
     data = hashlib.sha256()
     for part in (fd.clients, fd.test_clients):
         for ix in part:
             data.update(np.asarray(ix, dtype=np.int64).tobytes())
             data.update(b"|")
-    config = {k: v for k, v in _jsonable(cfg).items() if k not in EXTENSIBLE}
+    config = {k: v for k, v in jsonable(cfg).items() if k not in EXTENSIBLE}
     payload = {"model": model.name, "config": config, "data": {
         "source": fd.source, "train": list(fd.train_x.shape), "test": list(fd.test_x.shape),
         "clients": data.hexdigest()}}

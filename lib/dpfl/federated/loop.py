@@ -9,9 +9,9 @@ what one round does; everything else lives here, once (the shape of apple/pfl-re
 * device placement — :func:`dpfl.device.configure` (deterministic kernels, TF32 off on CUDA) and
   the federated data moved to the device once;
 * accounting — each round the algorithm names the events of the round (from the sampler that drew
-  the clients or the records: ``sampler.event``, ``sampling.batch_event``), the loop composes them
-  into the algorithm's named accountants and records their readings (ε, δ at a target ε, or μ) in
-  the round's row;
+  the clients or the records: ``sampler.event``, ``sampling.batch_event``; a round without noise a
+  ``NonPrivateEvent``), the loop composes them into the algorithm's named accountants and records
+  their readings (ε, δ at a target ε, or μ) in the round's row;
 * metrics rows, timing, the progress bar;
 * evaluation cadence — the algorithm's costly evaluations (``Algorithm.evaluate``) every
   ``cfg.eval_every`` rounds, at the last round and at the round that stops the run (apple/pfl-research's
