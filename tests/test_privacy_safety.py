@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from dpfl.accounting import calibrate, composition, gaussian, gdp, rdp
 from dpfl.accounting._solve import smallest_meeting
-from dpfl.accounting.accountant import GUARANTEES, Accountant, GaussianEvent, SampledGaussianEvent
+from dpfl.accounting.accountant import GUARANTEES, Accountant, GaussianEvent, NonPrivateEvent, SampledGaussianEvent
 from dpfl.data.federated import FederatedDataset
 from dpfl.federated import server
 from dpfl.federated.client_dp import ClientDPConfig, ClientLevelDP
@@ -175,6 +175,13 @@ def test_samplers_name_the_event_of_their_neighbouring_relation():
         batch_event(2.0, 16, 600, "shuffle")
     with pytest.raises(ValueError, match="fdp"):
         Accountant("fdp").compose(SampledGaussianEvent(1.0, 0.1, "poisson"))
+    # no noise releases the exact sum: the event says so, whatever the sampling
+    from dpfl.experiments.geyer2017 import paper_round
+
+    assert (FixedClients(10).event(0.0, 100) == PoissonClients(0.1).event(0.0) == batch_event(0.0, 16, 600)
+            == batch_event(0.0, 16, 600, "poisson") == paper_round(0.0, 0.1)[0] == NonPrivateEvent())
+    with pytest.raises(ValueError, match="^noise_multiplier"):
+        PoissonClients(0.1).event(-1.0)
 
 
 # -- 9. under Poisson sampling a noised sum is divided by a public number, not the realised count -----

@@ -144,6 +144,24 @@ def test_the_budgeted_runner_keeps_checkpoints_where_it_is_told(data_root, tmp_p
     assert seen == [str(tmp_path / "elsewhere"), str(tmp_path / "c" / "checkpoints")]
 
 
+def test_every_committed_result_reads_the_privacy_its_run_has():
+    """The committed cache: a private run's μ_max (GDP CLT) is finite and grows with the rounds, a
+    non-private run's is ∞ — the four cached before the NonPrivateEvent read 0 and are amended, saying so."""
+    import pickle
+    from pathlib import Path
+
+    sidecars = sorted((Path(__file__).parents[1] / "figures" / "zheng2021" / "cache").glob("ZhengRun-*.json"))
+    assert sidecars
+    for sidecar in sidecars:
+        meta = json.loads(sidecar.read_text())
+        mu = pickle.loads(sidecar.with_suffix(".pkl").read_bytes())["value"]["mu_max_clt"].to_numpy()
+        if meta["config"]["sigma"] is None:
+            assert np.isinf(mu).all(), sidecar.name
+            assert [a["now"] for a in meta["provenance"].get("amended", [])] in ([], ["inf"])
+        else:
+            assert np.isfinite(mu).all() and (np.diff(mu) > 0).all(), sidecar.name
+
+
 def test_a_cell_runs_to_its_target_then_its_twin_to_the_same_round(data_root, tmp_path, monkeypatch, capsys):
     """``--profile cells``: a published cell at the paper's setting, stopped at its target, then (a
     follow-up in the same call) its non-private twin to the round it stopped at; the notebook reads both

@@ -57,7 +57,10 @@ def paper_accountant() -> Accountant:
 
 def paper_round(sigma: float, q: float, accumulations: int = 3) -> tuple:
     """How their code charges one round: ``accumulations`` Poisson-subsampled Gaussians at rate q and
-    multiplier σ (one per weight matrix) — an (event, count) pair for ``Accountant.compose``."""
+    multiplier σ (one per weight matrix) — an (event, count) pair for ``Accountant.compose``; σ = 0 (their
+    non-dp runs) is a ``NonPrivateEvent``: no guarantee."""
+    if checks.nonnegative("sigma", sigma) == 0:
+        return NonPrivateEvent(), 1
     return SampledGaussianEvent(sigma, q, "poisson"), accumulations
 #: the held-out images (their validation set) and the images per shard, as in the code
 HELD_OUT = 10_000
@@ -132,8 +135,7 @@ class GeyerDP(ClientLevelDP):
     def events(self, r: Round) -> dict:
         cfg, events = self.cfg, super().events(r)
         q = cfg.sampler.rate(self.K, r.t - 1)
-        events["paper"] = [paper_round(cfg.noise_multiplier, q, cfg.accumulations) if cfg.noise_multiplier > 0
-                           else (NonPrivateEvent(), 1)]
+        events["paper"] = [paper_round(cfg.noise_multiplier, q, cfg.accumulations)]
         return events
 
     def inspect(self, updates: dict) -> dict:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from dpfl import checks
-from dpfl.accounting.accountant import Accountant, NonPrivateEvent
+from dpfl.accounting.accountant import Accountant
 from dpfl.data.federated import FederatedDataset
 from dpfl.federated import server
 from dpfl.federated.local import client_generators, updates_from
@@ -171,10 +171,8 @@ class ClientLevelDP(ServerDP):
         return [Privacy("guarantee", Accountant("rdp"), lambda a: {"delta": a.delta(eps)})]
 
     def events(self, r: Round) -> dict:
-        """The sampler's event, or a ``NonPrivateEvent`` (δ = 1) for a run without noise."""
-        private = self.cfg.noise_multiplier > 0
-        return {"guarantee": [(self.cfg.sampler.event(self.z_event, self.K, r.t - 1) if private
-                               else NonPrivateEvent(), 1)]}
+        """The sampler's event (a ``NonPrivateEvent``, δ = 1, for a run without noise)."""
+        return {"guarantee": [(self.cfg.sampler.event(self.z_event, self.K, r.t - 1), 1)]}
 
     def inspect(self, updates: dict) -> dict:
         """Extra columns of the round's row from its updates (stacked, before clipping); none here."""

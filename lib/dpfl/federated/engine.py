@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from dpfl import checks
-from dpfl.accounting.accountant import Accountant, NonPrivateEvent
+from dpfl.accounting.accountant import Accountant
 from dpfl.data.augment import crop_flip
 from dpfl.data.federated import FederatedDataset
 from dpfl.federated import server
@@ -29,7 +29,6 @@ from dpfl.federated.evaluate import accuracy
 from dpfl.federated.local import client_generators, init_state, local_train, put, take
 from dpfl.federated.loop import Algorithm, LoopConfig, Privacy, Round
 from dpfl.federated.sampling import batch_event
-from dpfl.models import Model
 
 __all__ = ["RoundConfig", "PriFedSync"]
 
@@ -69,10 +68,6 @@ class PriFedSync(Algorithm):
 
     progress_metric = "acc_stored_local"
 
-    def __init__(self, model: Model, cfg: RoundConfig):
-        super().__init__(model, cfg)
-        self.private = cfg.local.dp and cfg.local.noise_multiplier > 0
-
     def setup(self, fd: FederatedDataset, device: str) -> None:
         super().setup(fd, device)
         cfg, K = self.cfg, fd.num_clients
@@ -85,15 +80,16 @@ class PriFedSync(Algorithm):
         }
         self.state["opt"] = init_state(self.state["local"], cfg.local)
         self.test = fd.test_batch(np.arange(K))
-        # Zheng's μ_max: the CLT of the busiest client's steps (the smallest client has the largest B/n)
-        self.event = (batch_event(cfg.local.noise_multiplier, cfg.batch_size, int(fd.client_sizes.min()))
-                      if self.private else NonPrivateEvent())
+        # Zheng's μ_max: the CLT of the busiest client's steps (the smallest client has the largest B/n);
+        # without DP-SGD's noise the event is a NonPrivateEvent (μ = ∞)
+        self.event = batch_event(cfg.local.noise_multiplier if cfg.local.dp else 0.0, cfg.batch_size,
+                                 int(fd.client_sizes.min()))
 
     def accountants(self) -> list[Privacy]:
         return [Privacy("record", Accountant("gdp-clt"), lambda a: {"mu_max_clt": a.mu()})]
 
     def events(self, r: Round) -> dict:
-        return {"record": [(self.event, self.cfg.local_steps if self.private else 1)]}
+        return {"record": [(self.event, self.cfg.local_steps)]}
 
     def round(self, r: Round) -> dict:
         cfg, fd, model, state = self.cfg, self.fd, self.model, self.state

@@ -6,7 +6,8 @@ Both samplers share one interface: ``check(num_clients)``, ``sample(num_clients,
 ``event(noise_multiplier, num_clients, round_)`` and ``denominator(members)`` (what a noised sum of the
 round's clients is divided by so that the event stays true), where ``noise_multiplier`` z is the server's noise
 standard deviation divided by the clipping bound S of one client's contribution (noise N(0, (zS)²)
-on the sum of clipped updates)."""
+on the sum of clipped updates). z = 0 (no noise) releases the exact sum: its event is a
+``NonPrivateEvent``, which leaves no guarantee (docs/privacy-accounting.md)."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,7 +15,7 @@ import dataclasses
 import numpy as np
 
 from dpfl import checks
-from dpfl.accounting.accountant import SampledGaussianEvent
+from dpfl.accounting.accountant import NonPrivateEvent, SampledGaussianEvent
 
 __all__ = ["PoissonClients", "FixedClients", "batch_event", "round_rng"]
 
@@ -42,13 +43,13 @@ class PoissonClients:
         """The probability that a given client takes part in round ``round_``."""
         return self.p
 
-    def event(self, noise_multiplier: float, num_clients: int | None = None, round_: int = 0) -> SampledGaussianEvent:
+    def event(self, noise_multiplier: float, num_clients: int | None = None, round_: int = 0):
         """One round's client-level Gaussian noise under this sampling: Poisson subsampling at rate p,
         add/remove-one neighbouring clients (sensitivity S of the sum, so multiplier z).
 
         The redraw of an empty sample is ignored, as in Zheng et al.'s and every DP-FedAvg accounting
         (it changes the sample's law by at most (1 − p)^K)."""
-        return SampledGaussianEvent(checks.positive("noise_multiplier", noise_multiplier), self.p, "poisson")
+        return _event(noise_multiplier, noise_multiplier, self.p, "poisson")
 
     def denominator(self, members: int) -> float:
         """What a noised sum over the round's clients of a group of ``members`` is divided by: their
@@ -92,14 +93,13 @@ class FixedClients:
         """The fraction m_t/K of clients that take part in round ``round_``."""
         return self.size(round_) / num_clients
 
-    def event(self, noise_multiplier: float, num_clients: int, round_: int = 0) -> SampledGaussianEvent:
+    def event(self, noise_multiplier: float, num_clients: int, round_: int = 0):
         """One round's client-level Gaussian noise: m_t of K drawn without replacement, replace-one
         neighbouring clients. Replacing a client moves the sum of clipped updates by up to 2S, so the
         event's multiplier is z/2 (``rdp``'s convention: noise std over the sensitivity of the stated
         relation). Geyer et al.'s code instead accounts this sampling as Poisson at q = m/K with
         multiplier z (``dpfl.federated.client_dp`` reports both, named)."""
-        checks.positive("noise_multiplier", noise_multiplier)
-        return SampledGaussianEvent(noise_multiplier / 2, self.rate(num_clients, round_), "without_replacement")
+        return _event(noise_multiplier, noise_multiplier / 2, self.rate(num_clients, round_), "without_replacement")
 
     def denominator(self, members: int) -> None:
         """None: divide by the realised count. m_t is fixed by the design and public, and replacing one
@@ -108,19 +108,26 @@ class FixedClients:
         return None
 
 
-def batch_event(noise_multiplier: float, batch_size: int, n: int, sampling: str = "fixed") -> SampledGaussianEvent:
+def _event(noise_multiplier: float, multiplier: float, q: float, sampling: str):
+    """The subsampled Gaussian of ``multiplier`` at rate ``q`` — or, for ``noise_multiplier`` z = 0 (no
+    noise: the exact sum is released), a ``NonPrivateEvent``."""
+    if checks.nonnegative("noise_multiplier", noise_multiplier) == 0:
+        return NonPrivateEvent()
+    return SampledGaussianEvent(multiplier, q, sampling)
+
+
+def batch_event(noise_multiplier: float, batch_size: int, n: int, sampling: str = "fixed"):
     """One DP-SGD step's event for a client with ``n`` records whose batches come from
     ``FederatedDataset.batches(..., sampling)``, with noise N(0, (zC)²) on the sum of per-sample
     gradients clipped to C: ``"fixed"`` (B of n without replacement, replace-one: sensitivity 2C, so
     multiplier z/2 — Zheng et al.'s σ) or ``"poisson"`` (rate B/n, add/remove-one: multiplier z).
     ``"shuffle"`` (epochs over a permutation) has no subsampling analysis here and is refused."""
-    checks.positive("noise_multiplier", noise_multiplier)
     checks.one_of("sampling", sampling, ("fixed", "poisson"))
     if batch_size > n:
         raise ValueError(f"batch_size {batch_size} exceeds the client's {n} records")
     if sampling == "fixed":
-        return SampledGaussianEvent(noise_multiplier / 2, batch_size / n, "without_replacement")
-    return SampledGaussianEvent(noise_multiplier, batch_size / n, "poisson")
+        return _event(noise_multiplier, noise_multiplier / 2, batch_size / n, "without_replacement")
+    return _event(noise_multiplier, noise_multiplier, batch_size / n, "poisson")
 
 
 def round_rng(seed: int, round_: int) -> np.random.Generator:
