@@ -88,6 +88,34 @@ def test_chunk_size_does_not_change_results():
             torch.testing.assert_close(other[name], runs[0][name], atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_training_in_place_leaves_the_inputs_untouched(optimizer):
+    """The optimiser step writes into the output stack in place: the caller's parameters and
+    optimiser state (moments, step counts) are not modified, and a second call gives the same result."""
+    cfg = LocalConfig(optimizer=optimizer, lr=0.01, weight_decay=5e-4, dp=True, noise_multiplier=1.0, prox=0.1)
+    m = 3
+    stacked = _stack({k: v.to(DEVICE) for k, v in GEYER_MLP.init(torch.Generator().manual_seed(0)).items()}, m)
+    state = init_state(stacked, cfg)
+    if state:
+        state["m"] = {k: torch.rand_like(v) for k, v in stacked.items()}
+        state["v"] = {k: torch.rand_like(v) for k, v in stacked.items()}
+        state["step"] = torch.tensor([0.0, 3.0, 7.0], device=DEVICE)
+    before = [{k: v.clone() for k, v in tree.items()} for tree in (stacked, state.get("m", {}), state.get("v", {}))]
+    steps = state["step"].clone() if state else None
+    x = torch.randn(m, 2, 3, 1, 28, 28).to(DEVICE)
+    y = torch.randint(0, 10, (m, 2, 3)).to(DEVICE)
+    anchor = {k: v[0] / 2 for k, v in stacked.items()}
+    first, second = (local_train(GEYER_MLP, cfg, stacked, state, x, y, client_generators(0, 1, range(m), device=DEVICE),
+                                 chunk=2, anchor=anchor) for _ in range(2))
+    for tree, old in zip((stacked, state.get("m", {}), state.get("v", {})), before):
+        for k in old:
+            assert torch.equal(tree[k], old[k])
+    if state:
+        assert torch.equal(state["step"], steps) and torch.equal(first[1]["step"], steps + 2)
+    for k in stacked:
+        assert torch.equal(first[0][k], second[0][k]) and not torch.equal(first[0][k], stacked[k])
+
+
 class _TorchMnistCNN(nn.Module):
     """MnistCNN as an nn.Module (no dropout), to hand to Opacus."""
 
