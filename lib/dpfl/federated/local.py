@@ -1,8 +1,9 @@
 """Local training for all sampled clients at once (torch.func), with record-level DP-SGD.
 
-Parameters and optimiser states carry a leading client axis; one local step of every client is
-``vmap``-ed over that axis (in chunks of ``chunk`` clients to bound memory), so there is no Python
-loop over clients or samples in the training computation. DP-SGD follows Zheng et al.'s
+Parameters and optimiser states carry a leading client axis; in one local step every client's
+gradient is ``vmap``-ed over that axis (in chunks of ``chunk`` clients to bound memory), then the
+noise and the optimiser step act in place on the stacked tensors, so there is no Python loop over
+clients or samples in the training computation. DP-SGD follows Zheng et al.'s
 Algorithm 2 (and Opacus): per-sample gradients by ``vmap(grad)``, each clipped to norm C with
 factor min(1, C/(‖g‖ + 1e-6)), summed, plus N(0, (z·C)²) noise, divided by the batch size B.
 Zheng's σ corresponds to z = 2σ (replace-one sensitivity 2C; docs/zheng2021.md §2).
@@ -254,23 +255,24 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
                          "and copied to the other every step)")
     lr = (torch.full((m,), cfg.lr, dtype=dtype, device=device) if lr is None
           else torch.as_tensor(lr, dtype=dtype, device=device))
+    by_hand = mlp_sgd.applies(model, cfg)           # no masks, no noise: the same numbers by hand, faster
     if chunk is None:
-        chunk = m if first.is_cuda else (min(m, CPU_MLP_CHUNK) if mlp_sgd.applies(model, cfg) else 1)
+        chunk = m if first.is_cuda else (min(m, CPU_MLP_CHUNK) if by_hand else 1)
     chunk = checks.positive_int("chunk", chunk)
     step_fn = _step(model, cfg)
     shapes = {k: v.shape[1:] for k, v in params.items()}
     new_params = {k: torch.empty_like(v) for k, v in params.items()}
     new_state = _empty_like(state)
-    scratch = _empty_like(take(params, slice(0, chunk)))      # the optimiser step's temporaries, reused
+    scratch = None if by_hand else _empty_like(take(params, slice(0, chunk)))   # the optimiser step's temporaries
     # Chunks outside, steps inside: a chunk's parameters and optimiser state stay hot in cache for
     # all K steps, and each chunk's result is written straight into the output stack (no list of
-    # chunk results to concatenate: peak memory stays ≈ 2 copies of the clients' state). Each
-    # client draws from its own generator in the same order (masks, then noise, step by step), so
-    # chunking never matters.
+    # chunk results to concatenate: peak memory stays ≈ 2 copies of the clients' state, plus one
+    # chunk's parameters as scratch). Each client draws from its own generator in the same order
+    # (masks, then noise, step by step), so chunking never matters.
     for start in range(0, m, chunk):
         sl = slice(start, start + chunk)
         gens = generators[sl]
-        if mlp_sgd.applies(model, cfg):               # no masks, no noise: the same numbers by hand, faster
+        if by_hand:
             put(new_params, sl, mlp_sgd.sgd_steps(model, cfg, take(params, sl), x[sl], y[sl], lr[sl], anchor))
             continue
         put(new_params, sl, take(params, sl))
