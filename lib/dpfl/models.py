@@ -7,7 +7,7 @@ returns a parameter dict initialised as PyTorch's default layers are, ``forward(
 returns log-probabilities, and ``masks(batch, generator)`` draws the dropout masks of one batch
 (``None`` for models without dropout; pass ``None`` or ``{}`` to ``forward`` to evaluate).
 ``forward``'s optional ``tap`` (:class:`Tap`) exposes the fully connected layers (``linear``) for
-ghost clipping.
+ghost clipping, and the convolutions (``convs``) for per-sample gradients by unfolding.
 
 * :data:`MNIST_CNN` — Zheng et al.'s MnistCNN (docs/zheng2021.md §2): conv 32 → conv 64 → max-pool →
   Dropout2d(0.25) → FC 128 → dropout(0.5) → FC 10. The authors apply ``Dropout2d`` to the 2-D FC
@@ -38,6 +38,7 @@ class Model:
     forward: Callable         # (params, x, masks) → log-probabilities
     masks: Callable           # (batch, generator) → {name: tensor} or None
     linear: tuple = ()        # names of the fully connected layers (``<name>.weight``/``.bias``)
+    convs: tuple = ()         # names of the 2-D convolutions, all of stride 1 without padding
     #: the forward pass is exactly FC → ReLU → … → FC → log-softmax over ``linear``, in order, with no
     #: dropout (``dpfl.federated.mlp_sgd`` then trains it by hand)
     plain_mlp: bool = False
@@ -59,23 +60,31 @@ def _linear(g, out_f, in_f, bias=True):
 
 
 class Tap:
-    """Taps the fully connected layers for ghost clipping (``dpfl.federated.local``): at layer
-    ``name`` the forward pass records the layer's input in ``inputs[name]`` and adds the zero
-    tensor ``probes[name]`` to its output, so that the gradient with respect to the probe is the
-    gradient with respect to the layer's output."""
+    """Taps layers for per-sample gradients (``dpfl.federated.local``): at each layer ``name`` that
+    has a probe (a fully connected layer or a convolution), the forward pass records the layer's input
+    in ``inputs[name]`` and adds the zero tensor ``probes[name]`` to its output, so that the gradient
+    with respect to the probe is the gradient with respect to the layer's output."""
 
     def __init__(self, probes: dict):
         self.probes = probes
         self.inputs = {}
 
 
-def _fc(p, name, h, tap: Tap | None = None):
-    """A fully connected layer (bias if the parameters have one), tapped when ``tap`` is given."""
-    out = F.linear(h, p[name + ".weight"], p.get(name + ".bias"))
-    if tap is None:
+def _tapped(out, name, h, tap: Tap | None):
+    if tap is None or name not in tap.probes:
         return out
     tap.inputs[name] = h
     return out + tap.probes[name]
+
+
+def _fc(p, name, h, tap: Tap | None = None):
+    """A fully connected layer (bias if the parameters have one), tapped when ``tap`` probes it."""
+    return _tapped(F.linear(h, p[name + ".weight"], p.get(name + ".bias")), name, h, tap)
+
+
+def _conv2d(p, name, h, tap: Tap | None = None):
+    """A convolution of stride 1 without padding, tapped when ``tap`` probes it."""
+    return _tapped(F.conv2d(h, p[name + ".weight"], p[name + ".bias"]), name, h, tap)
 
 
 def _init(g, convs=(), fcs=()):
@@ -108,8 +117,8 @@ def _mnist_init(g):
 
 
 def _mnist_forward(p, x, masks=None, tap=None):
-    h = F.relu(F.conv2d(x, p["conv1.weight"], p["conv1.bias"]))
-    h = F.relu(F.conv2d(h, p["conv2.weight"], p["conv2.bias"]))
+    h = F.relu(_conv2d(p, "conv1", x, tap))
+    h = F.relu(_conv2d(p, "conv2", h, tap))
     h = F.max_pool2d(h, 2)
     if masks:
         h = h * masks["drop1"][..., None, None]              # Dropout2d(0.25): whole channels
@@ -123,7 +132,8 @@ def _mnist_masks(batch, g):
     return _dropout_masks(batch, g, drop1=((64,), 0.25), drop2=((128,), 0.5))
 
 
-MNIST_CNN = Model("mnist_cnn", (1, 28, 28), _mnist_init, _mnist_forward, _mnist_masks, ("fc1", "fc2"))
+MNIST_CNN = Model("mnist_cnn", (1, 28, 28), _mnist_init, _mnist_forward, _mnist_masks, ("fc1", "fc2"),
+                  ("conv1", "conv2"))
 
 
 # -- CifarCNN -------------------------------------------------------------------------------------
@@ -137,16 +147,16 @@ def cifar_cnn(relu3: bool = False) -> Model:
     """The TF-tutorial CNN; ``relu3=False`` reproduces the authors' code (no third ReLU)."""
 
     def forward(p, x, masks=None, tap=None):
-        h = F.max_pool2d(F.relu(F.conv2d(x, p["conv1.weight"], p["conv1.bias"])), 2)
-        h = F.max_pool2d(F.relu(F.conv2d(h, p["conv2.weight"], p["conv2.bias"])), 2)
-        h = F.conv2d(h, p["conv3.weight"], p["conv3.bias"])
+        h = F.max_pool2d(F.relu(_conv2d(p, "conv1", x, tap)), 2)
+        h = F.max_pool2d(F.relu(_conv2d(p, "conv2", h, tap)), 2)
+        h = _conv2d(p, "conv3", h, tap)
         if relu3:
             h = F.relu(h)
         h = F.relu(_fc(p, "fc1", h.flatten(-3), tap))
         return F.log_softmax(_fc(p, "fc2", h, tap), dim=-1)
 
     return Model("cifar_cnn" + ("_relu3" if relu3 else ""), (3, 32, 32), _cifar_init, forward,
-                 lambda batch, g: None, ("fc1", "fc2"))
+                 lambda batch, g: None, ("fc1", "fc2"), ("conv1", "conv2", "conv3"))
 
 
 CIFAR_CNN = cifar_cnn()
@@ -211,8 +221,8 @@ def _femnist_init(g):
 
 
 def _femnist_forward(p, x, masks=None, tap=None):
-    h = F.max_pool2d(F.relu(F.conv2d(x, p["conv1.weight"], p["conv1.bias"])), 2)
-    h = F.max_pool2d(F.relu(F.conv2d(h, p["conv2.weight"], p["conv2.bias"])), 2)
+    h = F.max_pool2d(F.relu(_conv2d(p, "conv1", x, tap)), 2)
+    h = F.max_pool2d(F.relu(_conv2d(p, "conv2", h, tap)), 2)
     if masks:
         h = h * masks["drop1"]                               # dropout(0.25), element-wise
     h = F.relu(_fc(p, "fc1", h.flatten(-3), tap))
@@ -228,7 +238,8 @@ def _femnist_masks(batch, g):
 #: FedHDP's FEMNIST CNN (Table 6's structure: conv → pool → conv → pool → dropout → FC → dropout →
 #: FC) with TFF's EMNIST ``cnn_dropout`` sizes (32/64 filters 3×3, FC 128, dropout 0.25/0.5, 62
 #: classes) — the correspondence is an assumption (docs/aldaghri_fedhdp.md §1).
-FEMNIST_CNN = Model("femnist_cnn", (1, 28, 28), _femnist_init, _femnist_forward, _femnist_masks, ("fc1", "fc2"))
+FEMNIST_CNN = Model("femnist_cnn", (1, 28, 28), _femnist_init, _femnist_forward, _femnist_masks, ("fc1", "fc2"),
+                    ("conv1", "conv2"))
 
 _MODELS = {m.name: m for m in (MNIST_CNN, CIFAR_CNN, cifar_cnn(relu3=True), GEYER_MLP, fedhdp_mlp(), FEMNIST_CNN)}
 

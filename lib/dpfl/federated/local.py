@@ -14,10 +14,12 @@ fixed order, so results do not depend on the chunk size.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch.func import grad, vmap
 
 from dpfl import checks
@@ -39,7 +41,7 @@ class LocalConfig:
     dp: bool = False
     clip: float = 1.0
     noise_multiplier: float = 0.0     # z: noise std z·C on the sum of clipped gradients
-    per_sample: str = "ghost"         # how DP-SGD gets per-sample norms: "ghost" or "full" (see _clipped_sum)
+    per_sample: str = "ghost"         # how DP-SGD gets per-sample gradients: "ghost", "unfold" or "full" (_clipped_sum)
     prox: float = 0.0                 # λ of a proximal term λ/2·‖w − anchor‖² (Ditto; see dpfl.federated.personalize)
 
     def __post_init__(self):
@@ -48,7 +50,7 @@ class LocalConfig:
         checks.nonnegative("weight_decay", self.weight_decay)
         checks.positive("clip", self.clip)
         checks.nonnegative("noise_multiplier", self.noise_multiplier)
-        checks.one_of("per_sample", self.per_sample, ("ghost", "full"))
+        checks.one_of("per_sample", self.per_sample, ("ghost", "unfold", "full"))
         checks.nonnegative("prox", self.prox)
 
 
@@ -98,6 +100,24 @@ def _nll(model: Model, params, x, y, masks):
     return -logp.gather(-1, y.unsqueeze(-1)).mean()
 
 
+def _conv_outputs(model: Model, params, sample_shape) -> dict:
+    """The output shape of each of ``model.convs`` for one sample of ``sample_shape``."""
+    shapes = tuple((k, tuple(v.shape)) for k, v in params.items())
+    return _conv_outputs_of(model, shapes, tuple(sample_shape))
+
+
+@functools.lru_cache(maxsize=None)
+def _conv_outputs_of(model: Model, shapes: tuple, sample_shape: tuple) -> dict:
+    params = {k: torch.empty(shape, device="meta") for k, shape in shapes}
+    tap = Tap({name: torch.zeros((), device="meta") for name in model.convs})
+    model.forward(params, torch.empty(1, *sample_shape, device="meta"), None, tap)
+    out = {}
+    for name in model.convs:                                      # stride 1, no padding (Model.convs)
+        weight, seen = params[name + ".weight"], tap.inputs[name]
+        out[name] = (weight.shape[0], *(n - k + 1 for n, k in zip(seen.shape[-2:], weight.shape[-2:])))
+    return out
+
+
 def _clipped_sum(model: Model, cfg: LocalConfig, params, x, y, masks):
     """Σ_i clip_C(∇ℓ_i): the sum of per-sample gradients, each scaled by min(1, C/(‖∇ℓ_i‖ + 1e-6)).
 
@@ -106,19 +126,27 @@ def _clipped_sum(model: Model, cfg: LocalConfig, params, x, y, masks):
     layer z = W a + b, the per-sample gradient is g aᵀ with g = ∂ℓ_i/∂z, so ‖∇_W ℓ_i‖² = ‖g‖²‖a‖²
     and Σ_i c_i g_i a_iᵀ = (c·G)ᵀA — the B per-sample copies of W (MnistCNN's fc1: 1.2 M entries
     each) are never formed ("ghost clipping", Goodfellow 2015; Li et al. 2022). The probes of
-    :class:`dpfl.models.Tap` give g. Both agree to round-off (tested against a per-sample loop).
+    :class:`dpfl.models.Tap` give g. ``"unfold"`` also taps the convolutions (``Model.convs``):
+    autograd then computes no weight gradient at all, and a convolution's per-sample weight gradients
+    are one batched product g_i · unfold(a_i)ᵀ (as Opacus does for ``nn.Conv2d``) where ``vmap(grad)``
+    runs a convolution with one group per sample (on a GPU, one small kernel per sample;
+    ``benchmarks/conv_grads.py``). All agree to round-off (tested against a per-sample loop).
     """
-    linear = model.linear if cfg.per_sample == "ghost" else ()
-    fc = {k: v for k, v in params.items() if k.split(".")[0] in linear}
-    rest = {k: v for k, v in params.items() if k not in fc}
-    probes = {name: torch.zeros(x.shape[0], fc[name + ".weight"].shape[0], dtype=x.dtype, device=x.device)
-              for name in linear}
+    linear = model.linear if cfg.per_sample != "full" else ()
+    convs = model.convs if cfg.per_sample == "unfold" else ()
+    tapped = {k: v for k, v in params.items() if k.split(".")[0] in (*linear, *convs)}
+    rest = {k: v for k, v in params.items() if k not in tapped}
+    like = dict(dtype=x.dtype, device=x.device)
+    probes = {name: torch.zeros(x.shape[0], tapped[name + ".weight"].shape[0], **like) for name in linear}
+    if convs:
+        probes |= {name: torch.zeros(x.shape[0], *shape, **like)
+                   for name, shape in _conv_outputs(model, params, x.shape[1:]).items()}
 
     def sample_loss(rest_, probes_, xi, yi, mi):
-        tap = Tap({n: v.unsqueeze(0) for n, v in probes_.items()}) if linear else None
+        tap = Tap({n: v.unsqueeze(0) for n, v in probes_.items()}) if probes_ else None
         mi = {k: v.unsqueeze(0) for k, v in mi.items()}
-        logp = model.forward({**rest_, **fc}, xi.unsqueeze(0), mi, tap)
-        return -logp[0].gather(0, yi.unsqueeze(0)).squeeze(0), ({n: a[0] for n, a in tap.inputs.items()} if linear else {})
+        logp = model.forward({**rest_, **tapped}, xi.unsqueeze(0), mi, tap)
+        return -logp[0].gather(0, yi.unsqueeze(0)).squeeze(0), ({n: a[0] for n, a in tap.inputs.items()} if tap else {})
 
     (g_rest, g_out), inputs = vmap(grad(sample_loss, argnums=(0, 1), has_aux=True),
                                    in_dims=(None, 0, 0, 0, 0))(rest, probes, x, y, masks)
@@ -126,15 +154,24 @@ def _clipped_sum(model: Model, cfg: LocalConfig, params, x, y, masks):
     for name in linear:
         out_sq = g_out[name].pow(2).sum(1)
         sq = sq + out_sq * inputs[name].pow(2).sum(1)
-        if name + ".bias" in fc:
+        if name + ".bias" in tapped:
             sq = sq + out_sq
+    unfolded = {}
+    for name in convs:
+        out = g_out[name].flatten(2)                                               # (B, out, L)
+        cols = F.unfold(inputs[name], tapped[name + ".weight"].shape[-2:])          # (B, in·k², L)
+        unfolded[name] = torch.bmm(out, cols.transpose(1, 2)), out.sum(2)          # weight, bias per sample
+        sq = sq + unfolded[name][0].pow(2).sum((1, 2)) + unfolded[name][1].pow(2).sum(1)
     factor = (cfg.clip / (torch.sqrt(sq) + 1e-6)).clamp(max=1.0)
     total = {k: torch.einsum("b,b...->...", factor, g) for k, g in g_rest.items()}
     for name in linear:
         scaled = g_out[name] * factor[:, None]
         total[name + ".weight"] = scaled.T @ inputs[name]
-        if name + ".bias" in fc:
+        if name + ".bias" in tapped:
             total[name + ".bias"] = scaled.sum(0)
+    for name, (weight, bias) in unfolded.items():
+        total[name + ".weight"] = torch.einsum("b,boi->oi", factor, weight).reshape(tapped[name + ".weight"].shape)
+        total[name + ".bias"] = factor @ bias
     return total
 
 
