@@ -77,21 +77,25 @@ def opacus_loop(clients, x, y, z=2.0, clip=1.0):
             opt.step()
 
 
-def route_ratio(clients, steps=2, batch=16):
-    """Seconds per round of ``local_train`` with the default per-sample route and with unfolded convolutions."""
+def _round_timer(clients, steps, batch):
+    """(best seconds of one ``local_train`` round of ``clients`` MnistCNN clients under a given
+    LocalConfig, the round's batches x, y)."""
     stacked, x, y = _setup(MNIST_CNN, clients, steps, batch)
     gens = lambda: client_generators(0, 0, range(clients), device=DEVICE)
-    run = lambda cfg: best(lambda: local_train(MNIST_CNN, cfg, stacked, init_state(stacked, cfg), x, y, gens()), 3, DEVICE)
-    return run(LocalConfig(dp=True, noise_multiplier=2.0)), run(LocalConfig(dp=True, noise_multiplier=2.0, per_sample="unfold"))
+    timer = lambda cfg: best(lambda: local_train(MNIST_CNN, cfg, stacked, init_state(stacked, cfg), x, y, gens()), 3, DEVICE)
+    return timer, x, y
+
+
+def route_ratio(clients, steps=2, batch=16):
+    """Seconds per round of ``local_train`` with the default per-sample route and with unfolded convolutions."""
+    timer, _, _ = _round_timer(clients, steps, batch)
+    return timer(LocalConfig(dp=True, noise_multiplier=2.0)), timer(LocalConfig(dp=True, noise_multiplier=2.0, per_sample="unfold"))
 
 
 def round_ratio(clients, steps=2, batch=16):
-    cfg = LocalConfig(dp=True, noise_multiplier=2.0)
-    stacked, x, y = _setup(MNIST_CNN, clients, steps, batch)
-    gens = lambda: client_generators(0, 0, range(clients), device=DEVICE)
-    ours = best(lambda: local_train(MNIST_CNN, cfg, stacked, init_state(stacked, cfg), x, y, gens()), 3, DEVICE)
-    theirs = best(lambda: opacus_loop(clients, x, y), 3, DEVICE)
-    return ours, theirs
+    """Seconds per round: ``local_train`` with DP-SGD, and the per-client Opacus loop on the same batches."""
+    timer, x, y = _round_timer(clients, steps, batch)
+    return timer(LocalConfig(dp=True, noise_multiplier=2.0)), best(lambda: opacus_loop(clients, x, y), 3, DEVICE)
 
 
 def _server_step(updates: dict, z: float = 1.0) -> dict:

@@ -137,6 +137,63 @@ def test_shared_accuracy_equals_the_per_client_evaluation(mnist_shards):
         torch.testing.assert_close(loss[c], direct)
 
 
+def test_refresh_accuracy_recomputes_the_marked_clients_only_and_equals_a_full_evaluation(mnist_shards):
+    """MnistCNN, so that the clients' convolutions are batched (one group per client): a call with
+    some of the clients gives each the same logits as a call with all, bit for bit on a CPU."""
+    from dpfl.federated.evaluate import accuracy, accuracy_cache, refresh_accuracy
+
+    K = mnist_shards.num_clients
+    test = mnist_shards.test_batch(np.arange(K))
+    inits = [MNIST_CNN.init(torch.Generator().manual_seed(c)) for c in range(2 * K)]
+    stack = lambda seeds: {k: torch.stack([inits[c][k] for c in seeds]) for k in inits[0]}
+    full = lambda params: accuracy(MNIST_CNN, params, *test, stacked=True)
+    params, cache = stack(range(K)), accuracy_cache(K, "cpu")
+    assert torch.equal(refresh_accuracy(MNIST_CNN, params, test, cache), full(params)) and not cache["stale"].any()
+    moved = [1, 4, 6]
+    params = stack([K + c if c in moved else c for c in range(K)])
+    cache["stale"][moved] = True
+    cache["acc"][0] = -1.0                         # not marked: kept as it is, not recomputed
+    acc = refresh_accuracy(MNIST_CNN, params, test, cache)
+    assert acc[0] == -1.0 and not cache["stale"].any()
+    assert torch.equal(acc[1:], full(params)[1:])
+
+
+def test_evaluating_the_moved_models_only_changes_no_number(mnist_shards, tmp_path):
+    """PriFedSync's ``acc_local_all`` and FedHDP's personal accuracies, each recomputed only for the clients whose
+    model moved, equal a full evaluation every round, including after resuming from a checkpoint written
+    before the algorithms kept those accuracies."""
+    from dpfl.federated.evaluate import accuracy
+    from dpfl.federated.fedhdp import FedHDP, FedHDPConfig
+
+    class EvaluateAll(PriFedSync):
+        def evaluate(self, r):
+            return {"acc_local_all": float(accuracy(self.model, self.state["local"], *self.test, stacked=True).mean())}
+
+    base = dict(batch_size=8, local_steps=2, sampler=PoissonClients(0.5), seed=3,
+                local=LocalConfig(optimizer="adam", dp=True, noise_multiplier=2.0))
+    ours = run(PriFedSync(MNIST_CNN, RoundConfig(rounds=4, **base)), mnist_shards, progress=False)
+    assert (ours.clients < mnist_shards.num_clients).all()
+    assert ours.acc_local_all.equals(run(EvaluateAll(MNIST_CNN, RoundConfig(rounds=4, **base)), mnist_shards,
+                                         progress=False).acc_local_all)
+    ckpt = tmp_path / "run.pt"
+    run(PriFedSync(MNIST_CNN, RoundConfig(rounds=2, checkpoint_every=2, **base)), mnist_shards, checkpoint=ckpt,
+        progress=False)
+    saved = torch.load(ckpt, weights_only=False)
+    del saved["algorithm"]["local_acc"]                            # as written before it existed
+    torch.save(saved, ckpt)
+    resumed = run(PriFedSync(MNIST_CNN, RoundConfig(rounds=4, checkpoint_every=2, **base)), mnist_shards,
+                  checkpoint=ckpt, progress=False)
+    assert resumed.acc_local_all.equals(ours.acc_local_all)
+
+    fedhdp = FedHDP(MNIST_CNN, FedHDPConfig(rounds=3, batch_size=8, local_steps=2, sampler=FixedClients(3),
+                                            local=LocalConfig(optimizer="sgd", lr=0.1), noise_multipliers=(0.0,),
+                                            ratios=(1.0,), lams=(0.1,), personal_lr=0.1, eval_every=2),
+                    np.zeros(mnist_shards.num_clients, dtype=int))
+    run(fedhdp, mnist_shards, progress=False)
+    assert torch.equal(fedhdp.state["personal_acc"]["acc"],
+                       accuracy(MNIST_CNN, fedhdp.state["personal"], *fedhdp.test, stacked=True))
+
+
 def test_bad_configs_fail_before_training(mnist_shards):
     ok = dict(rounds=1, batch_size=8, local_steps=1, sampler=PoissonClients(1.0), local=LocalConfig())
     with pytest.raises(ValueError, match="batch_size 10000 exceeds"):

@@ -25,7 +25,7 @@ from dpfl.accounting.accountant import Accountant
 from dpfl.data.augment import crop_flip
 from dpfl.data.federated import FederatedDataset
 from dpfl.federated import server
-from dpfl.federated.evaluate import accuracy
+from dpfl.federated.evaluate import accuracy, accuracy_cache, refresh_accuracy
 from dpfl.federated.local import client_generators, init_state, local_train, put, take
 from dpfl.federated.loop import Algorithm, LoopConfig, Privacy, Round
 from dpfl.federated.sampling import batch_event
@@ -77,6 +77,7 @@ class PriFedSync(Algorithm):
             "local": {k: v.unsqueeze(0).repeat(K, *[1] * v.ndim) for k, v in init.items()},
             "stored_acc": torch.zeros(K, device=device),
             "epochs": torch.zeros(K, dtype=torch.long, device=device),
+            "local_acc": accuracy_cache(K, device),        # evaluate() recomputes the moved local models only
         }
         self.state["opt"] = init_state(self.state["local"], cfg.local)
         self.test = fd.test_batch(np.arange(K))
@@ -110,6 +111,7 @@ class PriFedSync(Algorithm):
         stored = float(state["stored_acc"].mean())
         state["global"], state["local"] = server.elastic(state["global"], state["local"], r.selected,
                                                          cfg.alpha, cfg.eta)
+        state["local_acc"]["stale"][idx] = True                      # their local models moved
         acc_global, loss_global = self.evaluate_global(state["global"])
         return {
             "acc_stored_local": stored,                                  # the paper's metric
@@ -118,9 +120,17 @@ class PriFedSync(Algorithm):
             "lr_mean": float(torch.as_tensor(lr).mean()) if lr is not None else cfg.local.lr,
         }
 
+    def load_state_dict(self, state: dict) -> None:
+        """A checkpoint written before ``local_acc`` existed loads with every client to evaluate."""
+        state.setdefault("local_acc", accuracy_cache(self.K, self.test[0].device))
+        self.state = state
+
     def evaluate(self, r: Round) -> dict:
-        """Every client's own model on its test set: the clean personalised metric."""
-        return {"acc_local_all": float(accuracy(self.model, self.state["local"], *self.test, stacked=True).mean())}
+        """Every client's own model on its test set: the clean personalised metric — recomputed for
+        the clients whose local model moved since the last evaluation (``refresh_accuracy``: the same
+        numbers as evaluating all, half the work at p = 0.5)."""
+        acc = refresh_accuracy(self.model, self.state["local"], self.test, self.state["local_acc"])
+        return {"acc_local_all": float(acc.mean())}
 
     def stop(self, row: dict) -> bool:
         """The paper's metric has reached ``cfg.stop_at``."""

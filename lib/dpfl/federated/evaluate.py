@@ -6,7 +6,7 @@ from torch.func import vmap
 
 from dpfl.models import Model
 
-__all__ = ["accuracy", "shared_accuracy", "used_images"]
+__all__ = ["accuracy", "accuracy_cache", "refresh_accuracy", "shared_accuracy", "used_images"]
 
 
 def accuracy(model: Model, params: dict, x, y, mask, *, stacked: bool, chunk: int = 25) -> torch.Tensor:
@@ -27,6 +27,31 @@ def accuracy(model: Model, params: dict, x, y, mask, *, stacked: bool, chunk: in
             p = {k: v[sl] for k, v in params.items()} if stacked else params
             out.append(fn(p, x[sl], y[sl], mask[sl]))
     return torch.cat(out)
+
+
+def accuracy_cache(clients: int, device) -> dict:
+    """What :func:`refresh_accuracy` keeps in an algorithm's state (and so in its checkpoints): each
+    client's accuracy at the last evaluation (``acc``) and which clients' models moved since
+    (``stale``: all, at first)."""
+    return {"acc": torch.zeros(clients, device=device), "stale": torch.ones(clients, dtype=torch.bool, device=device)}
+
+
+def refresh_accuracy(model: Model, params: dict, test: tuple, cache: dict) -> torch.Tensor:
+    """Every client's accuracy with its own model (``params`` stacked over the K clients; ``test``:
+    ``FederatedDataset.test_batch`` of all K), recomputing only the clients ``cache["stale"]`` marks
+    (:func:`accuracy_cache`) and clearing the marks; returns ``cache["acc"]``, updated in place.
+
+    For algorithms whose round moves only the sampled clients' models (PriFedSync's elastic averaging,
+    Ditto): the others' accuracies have not changed since the last evaluation. :func:`accuracy` treats
+    each client separately, so which clients share a call does not matter: on a CPU the result
+    equals a full evaluation bit for bit (``tests/test_engine.py``); on a GPU, where cuDNN may pick
+    another algorithm for another number of clients, up to round-off."""
+    acc, stale = cache["acc"], cache["stale"]
+    ix = stale.nonzero().squeeze(1)
+    if ix.numel():
+        acc[ix] = accuracy(model, {k: v[ix] for k, v in params.items()}, *(t[ix] for t in test), stacked=True)
+        stale.zero_()
+    return acc
 
 
 def used_images(index, mask) -> torch.Tensor:

@@ -32,7 +32,7 @@ from dpfl import checks
 from dpfl.accounting.accountant import Accountant
 from dpfl.data.federated import FederatedDataset
 from dpfl.federated import server
-from dpfl.federated.evaluate import accuracy
+from dpfl.federated.evaluate import accuracy_cache, refresh_accuracy
 from dpfl.federated.local import put, take
 from dpfl.federated.personalize import ditto
 from dpfl.federated.client_dp import ServerDP, ServerDPConfig
@@ -107,7 +107,8 @@ class FedHDP(ServerDP):
                          for z, s in zip(cfg.noise_multipliers, self.count_std)]
         init = self.initial_params(device)
         self.state = {"global": init, "personal": {k: v.unsqueeze(0).repeat(K, *[1] * v.ndim) for k, v in init.items()},
-                      "bounds": [cfg.clip_init] * L, "groups": groups}
+                      "bounds": [cfg.clip_init] * L, "groups": groups,
+                      "personal_acc": accuracy_cache(K, device)}      # evaluate() recomputes the moved models only
         self.test = fd.test_batch(np.arange(K))
         if self.server_test is None:
             self.server_x, self.server_y = fd.test_x[self.used], fd.test_y[self.used]
@@ -172,6 +173,7 @@ class FedHDP(ServerDP):
             new = ditto(self.model, take(state["personal"], idx), anchor, x[pos][:, :steps], y[pos][:, :steps],
                         [gens[i] for i in pos], lam=cfg.lams[l], lr=cfg.personal_lr)
             put(state["personal"], idx, new)
+            state["personal_acc"]["stale"][idx] = True
 
     def inspect_group(self, group: int, updates: dict, noise_std: float) -> dict:
         """Extra columns of the round's row from group ``group``'s updates as the server averages them
@@ -196,7 +198,7 @@ class FedHDP(ServerDP):
 
     def evaluate(self, r: Round) -> dict:
         """Every client's personal model on its own test set, by cohort (every ``cfg.eval_every`` rounds)."""
-        acc_l = accuracy(self.model, self.state["personal"], *self.test, stacked=True)
+        acc_l = refresh_accuracy(self.model, self.state["personal"], self.test, self.state["personal_acc"])
         row = {f"acc_l_{l}": float(acc_l[members].mean()) for l, members in enumerate(self.members)}
         if len(self.members) >= 2:
             row["delta_l"] = row["acc_l_0"] - row["acc_l_1"]
@@ -205,5 +207,6 @@ class FedHDP(ServerDP):
     def load_state_dict(self, state: dict) -> None:
         if not np.array_equal(state["groups"], self.groups):
             raise ValueError("the checkpoint was written with other privacy groups")
+        state.setdefault("personal_acc", accuracy_cache(self.K, self.test[0].device))
         self.state = state
 
