@@ -1,4 +1,4 @@
-"""dpfl.runs: hashing, caching, atomic writes, resume, FORCE, provenance."""
+"""dpfl.runs: hashing, caching, atomic writes, resume, FORCE, provenance; the budgeted runner's order."""
 import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 
@@ -258,3 +258,28 @@ def test_cached_results_hold_no_pandas_string_dtype(tmp_path, storage):
     assert stored["no_rows"]["note"].dtype == object                 # a run stopped before its first row
     assert table.attrs == {"segments": [{"first_round": 1}]}
     assert table.astype(str).equals(computed["metrics"].astype(str))
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    name: str
+
+    def compute(self):
+        CALLS.append(self.name)
+        return {"name": self.name}
+
+
+def test_the_runner_computes_a_runs_follow_ups_right_after_it(tmp_path):
+    """``dpfl.experiments.runner``: a budgeted call completes a result (a cell, then its twin, then
+    what the twin calls for) before it starts the next run of the grid; a run already queued stays where it
+    is, and a cached run's follow-ups take its place."""
+    from dpfl.experiments import runner
+
+    grid = lambda profile, **_: [Step("a"), Step("b"), Step("c")]
+    calls_for = {"a": ["a-twin", "c"], "a-twin": ["a-twin-2"], "b": ["b-twin"]}
+    followups = lambda run, value, cache: [Step(n) for n in calls_for.get(run.name, [])]
+    runs.run(Step("b"), runs.Cache(tmp_path))
+    CALLS.clear()
+    args = ["--profile", "p", "--device", "cpu", "--cache", str(tmp_path)]
+    assert runner.main("t", grid, lambda r: r.name, ["p"], str(tmp_path), args, followups=followups) == 0
+    assert CALLS == ["a", "a-twin", "a-twin-2", "b-twin", "c"]

@@ -67,7 +67,8 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
     """Parse ``argv`` and compute the missing runs of ``grid(profile, seed=, device=, data_dir=,
     checkpoint_dir=, deadline=, whole=)``, each named ``describe(run)`` in the log. ``followups(run,
     metrics, cache)``: the runs a cached run's result calls for (e.g. a non-private twin to the round a
-    private run stopped at), computed after it in the same call, whatever ``--only`` says."""
+    private run stopped at), computed right after it in the same call, before the runs queued behind it
+    (a budgeted call completes a result before it starts the next), whatever ``--only`` says."""
     from dpfl.notebook import resolve_device
 
     parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=__doc__,
@@ -90,18 +91,24 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
     name = lambda c: f"{cache.path(c).stem}: {describe(c)}"
     todo = []
 
-    def want(config):                          # a missing run, or a cached one's follow-ups
+    def wanted(config) -> list:                # a missing run, or what a cached one calls for
         hit = cache.load(config)
         if hit is None:
-            todo.append(config) if config not in todo else None
-        for later in (followups(config, hit.value, cache) if hit and followups else []):
-            want(later)
+            return [config]
+        return [c for later in (followups(config, hit.value, cache) if followups else []) for c in wanted(later)]
+
+    def want(config, at: int):                 # queue them at ``at``, each once
+        new = []
+        for c in wanted(config):
+            if c not in todo and c not in new:
+                new.append(c)
+        todo[at:at] = new
 
     for config in grid(args.profile, seed=args.seed, device=resolve_device(args.device), data_dir=args.data_dir,
                        checkpoint_dir=args.checkpoints or str(Path(args.cache) / "checkpoints"), deadline=deadline,
                        whole=args.whole_runs):
         if args.only in describe(config):
-            want(config)
+            want(config, len(todo))
     print(f"{args.profile}: {len(todo)} run(s) missing from {args.cache}", flush=True)
     done, skipped, status = [], [], "finished"
     k = 0
@@ -118,9 +125,10 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
             print(f"{status}; {len(todo) - k + 1} run(s) left", flush=True)
             break
         done.append(config)
-        want(config)
-        print(f"[{k}/{len(todo)}] {name(config)}: {len(result.value)} rounds in {result.provenance['wall_time_s']:.0f} s",
-              flush=True)
+        want(config, k)                        # its follow-ups next, before the runs queued behind it
+        segments = result.provenance.get("segments")              # resumed: the time is the last stretch's
+        took = f"{result.provenance['wall_time_s']:.0f} s" + (f" (rounds {segments[-1]['first_round']}–)" if segments else "")
+        print(f"[{k}/{len(todo)}] {name(config)}: {len(result.value)} rounds in {took}", flush=True)
     missing = [name(c) for c in todo if c not in done]
     Path(args.cache).mkdir(parents=True, exist_ok=True)
     with atomic_path(Path(args.cache) / "progress.json") as tmp:
