@@ -10,6 +10,8 @@
 (e) one client-level DP round of Geyer et al.'s MLP (m clients, E = 4 epochs of b = 10 batches of 50,
     plain SGD; per-layer median clipping and noise) against a plain per-client PyTorch loop doing the
     same work (an ``nn.Module`` and ``torch.optim.SGD`` per client, the server step shared);
+(g) a CPU round of 50 non-private clients in a fresh process with glibc's malloc defaults vs with freed memory
+    kept (``dpfl.allocator``: no page fault per fresh large tensor), with the page faults and peak memory of each;
 (d) kernel launches per round: the ATen operations (each one kernel launch on a GPU) and the random
     draws of one round of C clients, counted with a ``TorchDispatchMode``, against the per-tensor draw
     pattern the engine had before (8 ``randn`` for the noise + 2 × (full, bernoulli, div) for the
@@ -137,28 +139,47 @@ def geyer_round_ratio(clients: int, epochs: int = 4, batches: int = 10, batch: i
     return ours, theirs
 
 
-def _peak_memory(clients: int, steps: int = 2, batch: int = 16) -> float:
-    """Peak memory (MiB) of a fresh process that trains one round of ``clients`` MnistCNN clients.
+def _fresh_round(clients: int, steps: int = 2, batch: int = 16, *, dp: bool = True, device: str = DEVICE,
+                 keep: bool = False, repeat: int = 0) -> dict:
+    """One round of ``clients`` MnistCNN clients (``steps`` Adam steps of ``batch``, DP-SGD or plain) in a
+    fresh process, ``keep``: with ``dpfl.allocator.keep_freed_memory``. Returns the peak memory (MiB), and
+    with ``repeat`` the best seconds of that many rounds after a warm-up and the minor page faults of the
+    best one.
 
-    On a CPU: the process's high-water mark VmHWM (``ru_maxrss`` is inherited across fork/exec on
-    Linux, so it reports the parent's peak)."""
+    Peak memory on a CPU: the process's high-water mark VmHWM (``ru_maxrss`` is inherited across
+    fork/exec on Linux, so it reports the parent's peak); on a GPU ``max_memory_allocated``."""
     code = f"""
-import json, torch
+import json, resource, time, torch
+from dpfl.allocator import keep_freed_memory
 from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train
 from dpfl.models import MNIST_CNN
-dev = "cuda" if torch.cuda.is_available() else "cpu"
+if {keep}:
+    keep_freed_memory()
+dev = "{device}"
 p = MNIST_CNN.init(torch.Generator().manual_seed(0))
 st = {{k: v.unsqueeze(0).repeat({clients}, *[1] * v.ndim).to(dev) for k, v in p.items()}}
 x = torch.randn({clients}, {steps}, {batch}, 1, 28, 28, device=dev)
 y = torch.randint(0, 10, ({clients}, {steps}, {batch}), device=dev)
-cfg = LocalConfig(dp=True, noise_multiplier=2.0)
-local_train(MNIST_CNN, cfg, st, init_state(st, cfg), x, y, client_generators(0, 0, range({clients}), device=dev))
+cfg = LocalConfig(dp={dp}, noise_multiplier=2.0 if {dp} else 0.0)
+faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+rounds = []                                    # the first one warms up
+for _ in range(1 + {repeat}):
+    start, f0 = time.perf_counter(), faults()
+    local_train(MNIST_CNN, cfg, st, init_state(st, cfg), x, y, client_generators(0, 0, range({clients}), device=dev))
+    rounds.append((time.perf_counter() - start, faults() - f0))
+best = min(rounds[1:], default=(None, None))
 peak = (torch.cuda.max_memory_allocated() / 2**20 if dev == "cuda"
         else int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024)
-print(json.dumps(peak))
+print(json.dumps(dict(peak_mib=peak, seconds=best[0], faults=best[1])))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def allocator_ratio(clients: int = 50, steps: int = 4, batch: int = 16) -> tuple:
+    """(g) A CPU round of ``clients`` non-private MnistCNN clients (a cell's twin) in fresh processes: with
+    glibc's defaults and with freed memory kept (``dpfl.allocator``), best of 3 rounds each."""
+    return tuple(_fresh_round(clients, steps, batch, dp=False, device="cpu", keep=keep, repeat=3) for keep in (False, True))
 
 
 def launches_per_round(clients=10, steps=2, batch=16) -> dict:
@@ -204,8 +225,12 @@ def main():
         ours, theirs = geyer_round_ratio(clients)
         rows.append((f"(e) plain per-client PyTorch loop / ours, one client-level DP round of Geyer's MLP, {clients} "
                      "clients × 40 SGD steps of B=50", ours, theirs, theirs / ours, "≥ 1× on a CPU, ≥ 10× on a GPU"))
+    default, kept = allocator_ratio()
+    rows.append(("(g) glibc's malloc defaults / freed memory kept (dpfl.allocator), a CPU round of 50 non-private "
+                 "MnistCNN clients × 4 Adam steps of B=16", kept["seconds"], default["seconds"],
+                 default["seconds"] / kept["seconds"], "> 1 (the CLI's long CPU runs keep it)"))
     small, large = 10, 50
-    m_small, m_large = _peak_memory(small), _peak_memory(large)
+    m_small, m_large = _fresh_round(small)["peak_mib"], _fresh_round(large)["peak_mib"]
     per_client = (m_large - m_small) / (large - small)
     table = pd.DataFrame(rows, columns=["what", "baseline (s)", "measured (s)", "ratio", "goal"])
     counts = launches_per_round()
@@ -214,13 +239,16 @@ def main():
             f"torch {torch.__version__}, {torch.get_num_threads()} threads.\n\n"
             "(a): seconds per client step; the baseline is the non-private step, the ratio DP / plain. "
             "(b), (e): seconds per round; the baseline is our vectorised round, the ratio the per-client loop / "
-            "ours (higher is better for us); (f): seconds per round, the baseline the unfolded route.\n\n"
+            "ours (higher is better for us); (f): seconds per round, the baseline the unfolded route; (g): seconds "
+            "per round, the baseline the round with freed memory kept.\n\n"
             + table.to_markdown(index=False, floatfmt=".3g")
             + f"\n\n(c) peak memory of a process training one round of MnistCNN clients (2 DP-SGD steps, B=16; "
               f"{'GPU max_memory_allocated' if DEVICE == 'cuda' else 'CPU peak RSS, VmHWM'}): {m_small:.0f} MiB at "
               f"{small} clients, {m_large:.0f} MiB at {large} clients → {per_client:.1f} MiB per client "
               "(parameters, Adam moments, the round's data and the result; on a CPU clients are trained one "
               "at a time, so per-sample work does not grow with C).\n"
+              f"\n(g) minor page faults of that round: {default['faults']} with glibc's defaults, {kept['faults']} with "
+              f"freed memory kept; the process's peak memory {default['peak_mib']:.0f} → {kept['peak_mib']:.0f} MiB.\n"
               f"\n(d) one round of 10 MnistCNN clients in one vmapped call (the GPU path), 2 DP-SGD steps of B=16: "
               f"{counts['ops_now']} ATen operations "
               f"(kernel launches on a GPU), {counts['rng_now']} of them random draws; with the previous per-tensor "
