@@ -7,7 +7,7 @@ pages in from the kernel. The engine's stacked client tensors are that large: Mn
 fully connected layer is 1.2 M floats, 236 MiB stacked over 50 clients, and a round writes such tensors
 at every local step (the clients' gradients among them). In Zheng et al.'s MNIST p = 0.5 run on a
 2-core CPU this cost 29 % of the CPU in the kernel (≈ 150 000 page faults a second); with mmap off and
-the heap kept, 5 % (≈ 1 100 a second) and the round ≈ 75 → 55 s (``benchmarks/RESULTS.md``,
+the heap kept, 5 % (≈ 1 100 a second) and the median round 73 → 64 s (``benchmarks/RESULTS.md``,
 2026-11-25; ``make bench`` row (g) measures it again on the machine at hand).
 
 The price: memory the process frees stays with it for reuse instead of going back to the system, so
