@@ -112,3 +112,20 @@ def test_executed_notebooks_name_no_path_of_the_machine_that_ran_them():
             for line in cell["source"]:
                 value = line.split("=", 1)[-1].strip()
                 assert not value.startswith(('"/', "'/")), (nb, line)
+
+
+def test_the_kernels_find_dpfl_through_a_relative_pythonpath(tmp_path, monkeypatch):
+    """``PYTHONPATH=lib`` (dpfl without an install, as on the GPU machine) is made absolute before the
+    kernels start in ``notebooks/``: each relative entry resolves from the current directory, absolute
+    and empty entries stay, and nothing is added where PYTHONPATH is unset."""
+    import os
+
+    from dpfl.reproduce import absolute_pythonpath
+
+    monkeypatch.chdir(tmp_path)
+    env = {"PYTHONPATH": os.pathsep.join(["lib", "", "/opt/site", "../up"])}
+    absolute_pythonpath(env)
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(tmp_path / "lib"), "", "/opt/site", str(tmp_path.parent / "up")]
+    empty = {}
+    absolute_pythonpath(empty)
+    assert empty == {}

@@ -179,7 +179,7 @@ def test_a_cell_runs_to_its_target_then_its_twin_to_the_same_round(data_root, tm
     assert z.main(args) == 0
     out = capsys.readouterr().out
     assert "1 run(s) missing" in out and "[2/2]" in out and "σ=None" in out          # the twin followed
-    cell = next(c for c in z.cells("1", data_dir=str(data_root)) if (c.p, c.sigma) == (1.0, 0.75))
+    cell = next(c for c in z.cells("1", data_dir=str(data_root), device=DEVICE) if (c.p, c.sigma) == (1.0, 0.75))
     metrics = cache.load(cell).value
     assert len(metrics) == 1 and cell.stop_at == 0.05 and cell.rounds == 2     # stopped at its target
     twin = cache.load(z.twin(cell, 1)).value
@@ -192,10 +192,19 @@ def test_a_cell_runs_to_its_target_then_its_twin_to_the_same_round(data_root, tm
     row = table.iloc[0]
     assert row["R ours (to 5%)"] == 1 and row["R paper (to 90%)"] == 64
     assert row["non-private acc ours %"] == round(100 * twin.acc_stored_local.iloc[0], 2)
-    # a longer twin's first rounds are the shorter one's: any cached twin with ≥ R rounds serves a cell
+    # a longer twin's first rounds are the shorter one's (on one device: CPU and CUDA draw other random
+    # streams): any cached twin with ≥ R rounds serves a cell
     longer = z.twin(cell, 2).compute()
     assert longer.acc_stored_local.iloc[0] == twin.acc_stored_local.iloc[0]
     assert longer.acc_global.iloc[0] == twin.acc_global.iloc[0]
+    # the table names the device of each cell and, where another computed it, of its twin
+    on = z.computed_on(cache, done)
+    assert on == {(1.0, 0.75): cache.load(cell).provenance["device"]}
+    stored = cache.load(z.twin(cell, 1))
+    cache.store(dataclasses.replace(stored, provenance={**stored.provenance, "device": "cuda (GPU)"}), overwrite=True)
+    assert z.computed_on(cache, done) == {(1.0, 0.75): f"{on[(1.0, 0.75)]}; twin cuda (GPU)"}
+    assert zt.rounds_table({k: v[:2] for k, v in done.items()}, z.published(), "1", 0.05, twins={k: v[2] for k, v in done.items()},
+                           devices=on).iloc[0]["computed on"] == on[(1.0, 0.75)]
 
 
 def test_table_2_cells_have_no_twin_to_follow():

@@ -107,6 +107,16 @@ def portable(text: str, paths: dict) -> str:
     return text
 
 
+def absolute_pythonpath(environ=os.environ) -> None:
+    """Make every entry of ``environ["PYTHONPATH"]`` absolute, from the current directory. The kernels
+    inherit it but run in ``notebooks/`` (papermill's ``cwd``), where a relative entry such as ``lib``
+    (``PYTHONPATH=lib``, how dpfl runs without an install, e.g. on the GPU machine) finds nothing: every
+    notebook then failed with ``No module named 'dpfl'`` (2026-11-26, H200). Empty entries stay."""
+    entries = environ.get("PYTHONPATH")
+    if entries:
+        environ["PYTHONPATH"] = os.pathsep.join(str(Path(e).resolve()) if e else e for e in entries.split(os.pathsep))
+
+
 def run_notebook(paper: str, *, profile: str, notebooks_dir="notebooks", figures_dir="figures",
                  device: str = "auto", seed: int = 0, data_dir=None, note: str = "", log=print) -> dict:
     """Execute one paper notebook into a staging directory and swap it into ``figures/<paper>/``
@@ -131,6 +141,7 @@ def run_notebook(paper: str, *, profile: str, notebooks_dir="notebooks", figures
                   "cache_dir": str(final / "cache")}
     if "interactive =" in source.read_text():        # a notebook that ends with an explorer: a static figure
         parameters["interactive"] = False
+    absolute_pythonpath()
     start = time.perf_counter()
     try:
         papermill.execute_notebook(

@@ -31,7 +31,7 @@ from dpfl.models import MNIST_CNN, cifar_cnn
 
 __all__ = ["ZhengRun", "PUBLISHED", "published", "federated_mnist", "cifar10_split", "federated_cifar10", "first_round", "CIFAR_NORMALISATION",
            "default_steps", "SETTINGS", "mnist_run", "cifar_run", "grid", "TARGETS", "cells", "twin", "cached_twin", "followups",
-           "cached_cells", "main"]
+           "cached_cells", "computed_on", "main"]
 
 #: The authors' CIFAR-10 normalisation (``transforms.Normalize``; docs/zheng2021.md §2).
 CIFAR_NORMALISATION = ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
@@ -307,6 +307,21 @@ def cached_cells(cache, table: str = "1", profile: str = "paper", **common) -> d
         R = first_round(hit.value, TARGETS[table])
         pair = cached_twin(cache, cell, R) if R else None
         out[(cell.p, cell.sigma)] = (hit.config, hit.value, pair.value if pair else None)
+    return out
+
+
+def computed_on(cache, done: dict, table: str = "1") -> dict:
+    """Which device computed each cell of ``done`` (:func:`cached_cells`) and its twin, from their
+    provenance: {(p, σ): "cuda (NVIDIA H200)" or, where they differ, "cpu (…); twin cuda (…)"}. One seed
+    draws other random numbers on a CPU and on a GPU (each device repeatable), so a twin from another
+    device has the cell's setting but not its draws; the table says so rather than hide it."""
+    out = {}
+    for key, (config, metrics, twin) in done.items():
+        cell = cache.load(config).provenance.get("device")
+        R = first_round(metrics, TARGETS[table])
+        pair = cached_twin(cache, config, R) if twin is not None else None
+        other = pair.provenance.get("device") if pair is not None else cell
+        out[key] = cell if other == cell else f"{cell}; twin {other}"
     return out
 
 

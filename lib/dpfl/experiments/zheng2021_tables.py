@@ -53,11 +53,12 @@ def _twin(runs: dict, twins: dict | None, p: float, s: float) -> pd.DataFrame | 
 
 
 def rounds_table(runs: dict, published: pd.DataFrame, table: str, target: float, data: str | None = None,
-                 twins: dict | None = None) -> pd.DataFrame:
+                 twins: dict | None = None, devices: dict | None = None) -> pd.DataFrame:
     """Table 1 (MNIST) or Table 3 (CIFAR-10): per (p, σ), the first round R whose stored accuracy
     reaches ``target``, μ_max at R, the accuracy at R and the non-private twin's at the same R, each
     next to the paper's. ``runs``: {(p, σ): (ZhengRun, metrics)} with σ = None the twin of each p,
-    unless ``twins`` gives each cell's: {(p, σ): metrics or None} (e.g. ``zheng2021.cached_cells``)."""
+    unless ``twins`` gives each cell's: {(p, σ): metrics or None} (e.g. ``zheng2021.cached_cells``).
+    ``devices``: {(p, σ): what computed it} (``zheng2021.computed_on``), a last column."""
     goal, acc, nonprivate, mu, best = _TABLE[table]
     rows = []
     for (p, s), (config, metrics) in runs.items():
@@ -76,7 +77,8 @@ def rounds_table(runs: dict, published: pd.DataFrame, table: str, target: float,
                      f"{acc} paper %": paper("acc"),
                      f"{nonprivate} ours %": round(100 * at_round(twin, R), 2) if R and twin is not None else np.nan,
                      f"{nonprivate} paper %": paper("nonprivate_acc"),
-                     best: f"{100 * metrics.acc_stored_local.max():.1f} ({len(metrics)})"})
+                     best: f"{100 * metrics.acc_stored_local.max():.1f} ({len(metrics)})",
+                     **({"computed on": devices.get((p, s))} if devices is not None else {})})
     return pd.DataFrame(rows)
 
 
