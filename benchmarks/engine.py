@@ -79,18 +79,18 @@ def opacus_loop(clients, x, y, z=2.0, clip=1.0):
             opt.step()
 
 
-def _round_timer(clients, steps, batch):
-    """(best seconds of one ``local_train`` round of ``clients`` MnistCNN clients under a given
+def _round_timer(clients, steps, batch, model=MNIST_CNN):
+    """(best seconds of one ``local_train`` round of ``clients`` clients of ``model`` under a given
     LocalConfig, the round's batches x, y)."""
-    stacked, x, y = _setup(MNIST_CNN, clients, steps, batch)
+    stacked, x, y = _setup(model, clients, steps, batch)
     gens = lambda: client_generators(0, 0, range(clients), device=DEVICE)
-    timer = lambda cfg: best(lambda: local_train(MNIST_CNN, cfg, stacked, init_state(stacked, cfg), x, y, gens()), 3, DEVICE)
+    timer = lambda cfg: best(lambda: local_train(model, cfg, stacked, init_state(stacked, cfg), x, y, gens()), 3, DEVICE)
     return timer, x, y
 
 
-def route_ratio(clients, steps=2, batch=16):
+def route_ratio(clients, steps=2, batch=16, model=MNIST_CNN):
     """Seconds per round of ``local_train`` with the default per-sample route and with unfolded convolutions."""
-    timer, _, _ = _round_timer(clients, steps, batch)
+    timer, _, _ = _round_timer(clients, steps, batch, model)
     return timer(LocalConfig(dp=True, noise_multiplier=2.0)), timer(LocalConfig(dp=True, noise_multiplier=2.0, per_sample="unfold"))
 
 

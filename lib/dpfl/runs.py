@@ -230,13 +230,15 @@ def _compute(config) -> Result:
     """Compute ``config`` and record where and how long. A training run resumed from a checkpoint
     (its table's ``attrs["segments"]``, ``dpfl.federated.loop.run``) also records every stretch it
     took (``segments``: first round, commit, start): ``wall_time_s`` and ``git_commit`` are then the
-    last stretch's alone, and the table's ``seconds`` column holds every round's time."""
+    last stretch's alone, and the table's ``seconds`` column holds every round's time. A config field
+    with ``metadata={"provenance": True}`` (unhashed: how, not what, is computed) is recorded too."""
     start = time.perf_counter()
     value = config.compute()
     wall = time.perf_counter() - start
     segments = getattr(value, "attrs", {}).get("segments", [])
+    how = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.metadata.get("provenance")}
     record = provenance(device=getattr(config, "device", None), wall_time_s=round(wall, 4),
-                        seed=getattr(config, "seed", None), config_hash=config_hash(config),
+                        seed=getattr(config, "seed", None), config_hash=config_hash(config), **how,
                         **({"segments": segments} if len(segments) > 1 else {}))
     return Result(config, value, record, cached=False)
 

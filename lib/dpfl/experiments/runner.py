@@ -65,12 +65,14 @@ class TrainingRun:
 
 
 def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache: str, argv=None,
-         followups: Callable | None = None) -> int:
+         followups: Callable | None = None, options: dict | None = None) -> int:
     """Parse ``argv`` and compute the missing runs of ``grid(profile, seed=, device=, data_dir=,
     checkpoint_dir=, deadline=, whole=)``, each named ``describe(run)`` in the log. ``followups(run,
     metrics, cache)``: the runs a cached run's result calls for (e.g. a non-private twin to the round a
     private run stopped at), computed right after it in the same call, before the runs queued behind it
-    (a budgeted call completes a result before it starts the next), whatever ``--only`` says."""
+    (a budgeted call completes a result before it starts the next), whatever ``--only`` says.
+    ``options``: a paper's own command-line options, {name: (flags, ``add_argument`` keywords)}; each
+    value reaches ``grid`` as the keyword ``name`` (e.g. Zheng's ``--per-sample``)."""
     from dpfl.notebook import resolve_device
 
     parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=__doc__,
@@ -87,6 +89,8 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
     parser.add_argument("--whole-runs", action="store_true", help="skip a run as soon as it cannot finish in the budget")
     parser.add_argument("--bundle", help="write the cache entries this call computes into this .tar.gz")
     parser.add_argument("--only", default="", help="compute only the runs whose name contains this")
+    for name, (flags, kwargs) in (options or {}).items():
+        parser.add_argument(*flags, dest=name, **kwargs)
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
     if device == "cpu":                        # hours of training: reuse freed memory (dpfl.allocator)
@@ -111,7 +115,7 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
 
     for config in grid(args.profile, seed=args.seed, device=device, data_dir=args.data_dir,
                        checkpoint_dir=args.checkpoints or str(Path(args.cache) / "checkpoints"), deadline=deadline,
-                       whole=args.whole_runs):
+                       whole=args.whole_runs, **{name: getattr(args, name) for name in options or {}}):
         if args.only in describe(config):
             want(config, len(todo))
     print(f"{args.profile}: {len(todo)} run(s) missing from {args.cache}", flush=True)

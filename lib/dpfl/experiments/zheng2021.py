@@ -139,6 +139,12 @@ class ZhengRun(TrainingRun):
     #: CIFAR-10's official files and its JPEG copy give different results, so it is part of the hash
     #: (MNIST has only the official files: None, as before the field existed)
     data_source: str | None = dataclasses.field(default=None, metadata={"hash": "unless-default"})
+    #: how DP-SGD gets per-sample gradients (``LocalConfig.per_sample``): "ghost" (the default) or "unfold"
+    #: (every convolution one batched product: fewer kernel launches, the GPU's candidate route). The
+    #: two compute the same clipped sums up to float round-off (tests/test_local.py, float64 against a
+    #: per-sample loop), so, like ``device``, it stays out of the hash and is recorded in the provenance
+    #: (a run resumed with another route records the last stretch's)
+    per_sample: str = dataclasses.field(default="ghost", metadata={"hash": False, "provenance": True})
 
     def __post_init__(self):
         checks.one_of("dataset", self.dataset, ("mnist", "cifar10"))
@@ -148,6 +154,7 @@ class ZhengRun(TrainingRun):
         checks.positive_int("batch_size", self.batch_size)
         checks.positive_int("rounds", self.rounds)
         checks.positive_int("num_clients", self.num_clients)
+        checks.one_of("per_sample", self.per_sample, ("ghost", "unfold"))
         if self.dataset == "cifar10" and self.data_source is None:
             object.__setattr__(self, "data_source", source_of("cifar10", self.data_dir))
 
@@ -177,11 +184,11 @@ class ZhengRun(TrainingRun):
         private = self.sigma is not None
         if self.dataset == "mnist":
             local = LocalConfig(optimizer="adam", lr=1e-3, dp=private, clip=1.0,
-                                noise_multiplier=2 * self.sigma if private else 0.0)
+                                noise_multiplier=2 * self.sigma if private else 0.0, per_sample=self.per_sample)
             schedule = {}
         else:
             local = LocalConfig(optimizer="adam", lr=5e-3, weight_decay=5e-4, dp=private, clip=1.0,
-                                noise_multiplier=2 * self.sigma if private else 0.0)
+                                noise_multiplier=2 * self.sigma if private else 0.0, per_sample=self.per_sample)
             schedule = dict(lr_schedule=LearningRate(0.99, 10, per="client_epoch"), augment=self.augment)
         return RoundConfig(rounds=self.rounds, batch_size=self.batch_size, local_steps=self.steps,
                            sampler=PoissonClients(self.p), local=local, alpha=self.alpha, eta=1.0, seed=self.seed,
@@ -338,8 +345,10 @@ def main(argv=None) -> int:
     describe = lambda c: f"{c.dataset} p={c.p:g} σ={c.sigma} B={c.batch_size}" + (f" to {c.stop_at:.0%}" if c.stop_at else "")
     runs_of = lambda profile, **common: (grid(profile, **common) if profile != "cells"
                                          else [run for table in TARGETS for run in cells(table, **common)])
+    route = (["--per-sample"], dict(choices=["ghost", "unfold"], default="ghost",
+                                    help="DP-SGD's per-sample gradient route (ZhengRun.per_sample; same results up to round-off)"))
     return runner.main("dpfl.experiments.zheng2021", runs_of, describe, [*SETTINGS, "cells"], "figures/zheng2021/cache",
-                       argv, followups=followups)
+                       argv, followups=followups, options={"per_sample": route})
 
 
 if __name__ == "__main__":
