@@ -203,6 +203,9 @@ def test_a_cell_runs_to_its_target_then_its_twin_to_the_same_round(data_root, tm
     stored = cache.load(z.twin(cell, 1))
     cache.store(dataclasses.replace(stored, provenance={**stored.provenance, "device": "cuda (GPU)"}), overwrite=True)
     assert z.computed_on(cache, done) == {(1.0, 0.75): f"{on[(1.0, 0.75)]}; twin cuda (GPU)"}
+    hit = cache.load(cell)
+    cache.store(dataclasses.replace(hit, provenance={**hit.provenance, "per_sample": "unfold"}), overwrite=True)
+    assert z.computed_on(cache, done) == {(1.0, 0.75): f"{on[(1.0, 0.75)]}; twin cuda (GPU); unfold route"}
     assert zt.rounds_table({k: v[:2] for k, v in done.items()}, z.published(), "1", 0.05, twins={k: v[2] for k, v in done.items()},
                            devices=on).iloc[0]["computed on"] == on[(1.0, 0.75)]
 

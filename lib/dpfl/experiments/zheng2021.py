@@ -321,14 +321,17 @@ def computed_on(cache, done: dict, table: str = "1") -> dict:
     """Which device computed each cell of ``done`` (:func:`cached_cells`) and its twin, from their
     provenance: {(p, σ): "cuda (NVIDIA H200)" or, where they differ, "cpu (…); twin cuda (…)"}. One seed
     draws other random numbers on a CPU and on a GPU (each device repeatable), so a twin from another
-    device has the cell's setting but not its draws; the table says so rather than hide it."""
+    device has the cell's setting but not its draws; the table says so rather than hide it. A cell
+    computed with another per-sample route than the default (``ZhengRun.per_sample``) names it too (a
+    twin has no per-sample gradients)."""
     out = {}
     for key, (config, metrics, twin) in done.items():
-        cell = cache.load(config).provenance.get("device")
+        record = cache.load(config).provenance
+        cell, route = record.get("device"), record.get("per_sample", "ghost")
         R = first_round(metrics, TARGETS[table])
         pair = cached_twin(cache, config, R) if twin is not None else None
         other = pair.provenance.get("device") if pair is not None else cell
-        out[key] = cell if other == cell else f"{cell}; twin {other}"
+        out[key] = (cell if other == cell else f"{cell}; twin {other}") + (f"; {route} route" if route != "ghost" else "")
     return out
 
 
