@@ -15,7 +15,7 @@ if [ "$DEV" = cuda ]; then           # the wheels the GPU image lacks (benchmark
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     2> $OUT/pip.log || exit 1
 fi
-export PYTHONPATH=$PWD/lib:/tmp/site DPFL_DATA=.devdata PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD/lib:/tmp/site DPFL_DATA=$PWD/.devdata PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > $OUT/device.txt
 python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)" >> $OUT/device.txt
 if [ "$TESTS" -gt 0 ]; then

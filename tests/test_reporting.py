@@ -114,18 +114,21 @@ def test_executed_notebooks_name_no_path_of_the_machine_that_ran_them():
                 assert not value.startswith(('"/', "'/")), (nb, line)
 
 
-def test_the_kernels_find_dpfl_through_a_relative_pythonpath(tmp_path, monkeypatch):
-    """``PYTHONPATH=lib`` (dpfl without an install, as on the GPU machine) is made absolute before the
-    kernels start in ``notebooks/``: each relative entry resolves from the current directory, absolute
-    and empty entries stay, and nothing is added where PYTHONPATH is unset."""
+def test_the_kernels_find_dpfl_and_the_data_through_relative_paths(tmp_path, monkeypatch):
+    """``PYTHONPATH=lib`` and ``DPFL_DATA=.devdata`` (dpfl without an install, as on the GPU machine) are
+    made absolute before the kernels start in ``notebooks/``: each relative entry resolves from the
+    current directory, absolute and empty entries stay, and nothing is added where a variable is unset."""
     import os
 
-    from dpfl.reproduce import absolute_pythonpath
+    from dpfl.reproduce import absolute_paths
 
     monkeypatch.chdir(tmp_path)
-    env = {"PYTHONPATH": os.pathsep.join(["lib", "", "/opt/site", "../up"])}
-    absolute_pythonpath(env)
+    env = {"PYTHONPATH": os.pathsep.join(["lib", "", "/opt/site", "../up"]), "DPFL_DATA": ".devdata",
+           "DPFL_CACHE": "/abs/cache", "OTHER": "rel"}
+    absolute_paths(env)
     assert env["PYTHONPATH"].split(os.pathsep) == [str(tmp_path / "lib"), "", "/opt/site", str(tmp_path.parent / "up")]
-    empty = {}
-    absolute_pythonpath(empty)
-    assert empty == {}
+    assert env["DPFL_DATA"] == str(tmp_path / ".devdata")
+    assert env["DPFL_CACHE"] == "/abs/cache" and env["OTHER"] == "rel"
+    empty = {"DPFL_DATA": ""}
+    absolute_paths(empty)
+    assert empty == {"DPFL_DATA": ""}

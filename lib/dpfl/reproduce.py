@@ -107,14 +107,19 @@ def portable(text: str, paths: dict) -> str:
     return text
 
 
-def absolute_pythonpath(environ=os.environ) -> None:
-    """Make every entry of ``environ["PYTHONPATH"]`` absolute, from the current directory. The kernels
-    inherit it but run in ``notebooks/`` (papermill's ``cwd``), where a relative entry such as ``lib``
-    (``PYTHONPATH=lib``, how dpfl runs without an install, e.g. on the GPU machine) finds nothing: every
-    notebook then failed with ``No module named 'dpfl'`` (2026-11-26, H200). Empty entries stay."""
+def absolute_paths(environ=os.environ) -> None:
+    """Make the paths the kernels read from ``environ`` absolute, from the current directory: every
+    entry of ``PYTHONPATH``, and ``DPFL_DATA`` and ``DPFL_CACHE``. The kernels inherit them but run in
+    ``notebooks/`` (papermill's ``cwd``), where a relative path finds nothing: with ``PYTHONPATH=lib`` (how
+    dpfl runs without an install, e.g. on the GPU machine) every notebook failed with ``No module named
+    'dpfl'``, and with ``DPFL_DATA=.devdata`` with "data_dir '.devdata' is not an existing directory"
+    (H200, 2026-11-26, two sessions). Empty entries and unset variables stay as they are."""
     entries = environ.get("PYTHONPATH")
     if entries:
         environ["PYTHONPATH"] = os.pathsep.join(str(Path(e).resolve()) if e else e for e in entries.split(os.pathsep))
+    for name in ("DPFL_DATA", "DPFL_CACHE"):
+        if environ.get(name):
+            environ[name] = str(Path(environ[name]).expanduser().resolve())
 
 
 def run_notebook(paper: str, *, profile: str, notebooks_dir="notebooks", figures_dir="figures",
@@ -137,11 +142,11 @@ def run_notebook(paper: str, *, profile: str, notebooks_dir="notebooks", figures
     staging.mkdir(parents=True)
     executed = staging / source.name
     parameters = {"profile": profile, "device": device, "seed": seed,
-                  "data_dir": str(data_dir) if data_dir else None, "out_dir": str(staging),
+                  "data_dir": str(Path(data_dir).expanduser().resolve()) if data_dir else None, "out_dir": str(staging),
                   "cache_dir": str(final / "cache")}
     if "interactive =" in source.read_text():        # a notebook that ends with an explorer: a static figure
         parameters["interactive"] = False
-    absolute_pythonpath()
+    absolute_paths()
     start = time.perf_counter()
     try:
         papermill.execute_notebook(
