@@ -32,6 +32,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from dpfl.device import configure
 from dpfl.federated import server
 from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train, updates_from
 from dpfl.models import CIFAR_CNN, GEYER_MLP, MNIST_CNN
@@ -41,6 +42,7 @@ from peers import TorchMnistCNN          # benchmarks/: the same nn.Module as th
 from timing import best
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+configure(DEVICE)          # the kernels the runs use (dpfl.federated.loop): deterministic cuDNN, no TF32
 
 
 def _setup(model, m, steps, batch):

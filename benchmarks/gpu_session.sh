@@ -6,6 +6,7 @@
 # (default), "unfold" or "auto" (benchmarks/route.py measures both, ≈ 10 s); ONLY: --only for the cells.
 # Finished runs are also kept in /tmp/keep and checkpoints in /tmp/ckpt, so that a next call on the same
 # warm machine goes on from them. First used on 2026-11-26 (benchmarks/gpu/2026-11-26/README.md).
+# DPFL_GPU_PROFILE=1: profile both per-sample routes after the tests (profile_routes.txt / .json come back).
 # DPFL_GPU_DEVICE=cpu (with a python3 that has dpfl's needs, and an nvidia-smi, on PATH) dry-runs it on a CPU.
 T0=$SECONDS
 TESTS=${1:-300}; TOTAL=${2:-575}; ROUTE=${3:-ghost}; ONLY=${4:-}
@@ -22,6 +23,10 @@ if [ "$TESTS" -gt 0 ]; then
   DPFL_TEST_DEVICE=$DEV timeout "$TESTS" python3 -m pytest -q -n 4 -p no:cacheprovider $TEST_FILES -k "not aldaghri" \
     > $OUT/cuda-tests.log 2>&1
   echo "pytest rc=$? after $((SECONDS - T0)) s" >> $OUT/cuda-tests.log
+fi
+if [ -n "$DPFL_GPU_PROFILE" ]; then    # where a round's time goes with each route (benchmarks/profile_routes.py)
+  timeout 120 python3 benchmarks/profile_routes.py --out $OUT >> $OUT/cuda-tests.log 2>&1   # 8 files at most come back
+  echo "profile rc=$? after $((SECONDS - T0)) s" >> $OUT/cuda-tests.log
 fi
 if [ "$ROUTE" = auto ]; then
   ROUTE=$(python3 benchmarks/route.py --out $OUT 2>> $OUT/route.log | tail -1)
