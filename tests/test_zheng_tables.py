@@ -79,3 +79,34 @@ def test_pending_rows_leave_out_the_cells_computed_at_the_papers_setting():
     assert without_twin[2]["reference"] == "98.55 %" and "twin" in without_twin[2]["needs"]
     never = zt.pending_rows(published(), {(1.0, 0.75): (run, _metrics([0.5, 0.6, 0.7]), None)}, needs)
     assert len(never) == 20          # a failed claim in its own comparisons, and no twin runs for it
+
+
+def test_plot_paper_cells_draws_one_panel_per_p_one_colour_per_sigma_and_the_papers_R():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from dpfl.experiments import zheng2021_plots as zp
+
+    cell = lambda p, s: ZhengRun("mnist", p, s, 16, 4)
+    twin = _metrics([0.9, 0.97, 0.98, 0.99, 0.99, 0.99])                  # longer than its cells: cut to round 4
+    done = {(1.0, 1.0): (cell(1.0, 1.0), _metrics([0.3, 0.6, 0.8, 0.91]), twin),
+            (1.0, 0.75): (cell(1.0, 0.75), _metrics([0.4, 0.92]), twin),
+            (0.25, 1.0): (cell(0.25, 1.0), _metrics([0.2, 0.5, 0.91]), None)}
+    fig = zp.plot_paper_cells(done, published(), "1", 0.9)
+    first, second = fig.axes
+    assert (first.get_title(), second.get_title()) == ("p = 1", "p = 0.25")
+    lines = {line.get_label(): line for line in first.get_lines()}
+    assert to_hex(lines["σ = 1: stored local"].get_color()) == zp.SIGMA_COLORS[1.0].lower()
+    assert to_hex(lines["σ = 0.75: stored local"].get_color()) == zp.SIGMA_COLORS[0.75].lower()
+    assert list(lines["σ = 1: paper's R = 93"].get_xdata()) == [93, 93]             # Table 1's published R
+    assert list(lines["σ = 0.75: paper's R = 64"].get_xdata()) == [64, 64]
+    assert list(lines["non-private twin"].get_xdata()) == [1, 2, 3, 4]               # to the last round of its cells
+    assert "non-private twin" not in {line.get_label() for line in second.get_lines()}
+    plt.close(fig)
+    with pytest.raises(ValueError, match="done is empty"):
+        zp.plot_paper_cells({}, published())
+    with pytest.raises(ValueError, match=r"σ = \[0\.8\]"):
+        zp.plot_paper_cells({(1.0, 0.8): done[(1.0, 1.0)]}, published())
