@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU call (benchmarks/GPU_QUEUE.md): CUDA tests, then Zheng's cells until the budget.
 #   bash benchmarks/gpu_session.sh TESTS_SECONDS TOTAL_SECONDS [ROUTE] [ONLY]
-# TESTS_SECONDS: at most this long for the CUDA tests in $DPFL_GPU_TESTS (0: none); TOTAL_SECONDS: the
+# TESTS_SECONDS: at most this long for the CUDA tests in $DPFL_GPU_TESTS (0: none; -v, so that a run cut short
+# by the timeout still names each test that finished); TOTAL_SECONDS: the
 # call's whole budget, the cells get what the tests leave; ROUTE: --per-sample for the cells, "ghost"
 # (default), "unfold" or "auto" (benchmarks/route.py measures both, ≈ 10 s); ONLY: --only for the cells.
 # Finished runs are also kept in /tmp/keep and checkpoints in /tmp/ckpt, so that a next call on the same
@@ -20,7 +21,7 @@ export PYTHONPATH=$PWD/lib:/tmp/site DPFL_DATA=$PWD/.devdata PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > $OUT/device.txt
 python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)" >> $OUT/device.txt
 if [ "$TESTS" -gt 0 ]; then
-  DPFL_TEST_DEVICE=$DEV timeout "$TESTS" python3 -m pytest -q -n 4 -p no:cacheprovider $TEST_FILES -k "not aldaghri" \
+  DPFL_TEST_DEVICE=$DEV timeout "$TESTS" python3 -m pytest -v -n 4 -p no:cacheprovider $TEST_FILES -k "not aldaghri" \
     > $OUT/cuda-tests.log 2>&1
   echo "pytest rc=$? after $((SECONDS - T0)) s" >> $OUT/cuda-tests.log
 fi
