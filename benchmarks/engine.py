@@ -81,13 +81,18 @@ def opacus_loop(clients, x, y, z=2.0, clip=1.0):
             opt.step()
 
 
-def _round_timer(clients, steps, batch, model=MNIST_CNN):
-    """(best seconds of one ``local_train`` round of ``clients`` clients of ``model`` under a given
-    LocalConfig, the round's batches x, y)."""
+def one_round(clients, steps, batch, model=MNIST_CNN):
+    """(a function training one ``local_train`` round of ``clients`` clients of ``model`` under a given
+    LocalConfig, the round's batches x, y): the workload the timers and ``profile_routes.py`` share."""
     stacked, x, y = _setup(model, clients, steps, batch)
     gens = lambda: client_generators(0, 0, range(clients), device=DEVICE)
-    timer = lambda cfg: best(lambda: local_train(model, cfg, stacked, init_state(stacked, cfg), x, y, gens()), 3, DEVICE)
-    return timer, x, y
+    return lambda cfg: local_train(model, cfg, stacked, init_state(stacked, cfg), x, y, gens()), x, y
+
+
+def _round_timer(clients, steps, batch, model=MNIST_CNN):
+    """(best seconds of one round (:func:`one_round`) under a given LocalConfig, the round's batches x, y)."""
+    train, x, y = one_round(clients, steps, batch, model)
+    return lambda cfg: best(lambda: train(cfg), 3, DEVICE), x, y
 
 
 def route_ratio(clients, steps=2, batch=16, model=MNIST_CNN):

@@ -19,20 +19,19 @@ import sys
 from pathlib import Path
 
 import torch
-from engine import DEVICE, _setup
+from engine import DEVICE, one_round
 from torch.profiler import ProfilerActivity, profile
 
-from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train
+from dpfl.federated.local import LocalConfig
 from dpfl.models import CIFAR_CNN, MNIST_CNN
 from dpfl.provenance import device_name
 
 
 def profile_round(model, route: str, clients: int, steps: int = 2, batch: int = 16):
     """(summary dict, table text) of one profiled ``local_train`` round after a warm-up round."""
-    stacked, x, y = _setup(model, clients, steps, batch)
+    train, _, _ = one_round(clients, steps, batch, model)
     cfg = LocalConfig(dp=True, noise_multiplier=2.0, per_sample=route)
-    run = lambda: local_train(model, cfg, stacked, init_state(stacked, cfg), x, y,
-                              client_generators(0, 0, range(clients), device=DEVICE), chunk=clients)
+    run = lambda: train(cfg)
     cuda = DEVICE == "cuda"
     run()
     if cuda:
