@@ -1,4 +1,4 @@
-"""Per-sample weight gradients of a convolution, two ways: is the engine's route the GPU's bottleneck?
+"""Per-sample weight gradients of a convolution, three ways: is the engine's route the GPU's bottleneck?
 
 The profile of one Zheng MNIST round on an H100 (``benchmarks/gpu/2026-11-24-h100/profile_mnist_p1.txt``)
 spends 61 % of its CUDA time in ``convolution_backward``: ``dpfl.federated.local`` takes per-sample
@@ -6,9 +6,11 @@ gradients of the convolutions by ``vmap(grad)`` over the samples inside ``vmap``
 PyTorch lowers to one convolution with m·B groups, and cuDNN runs its weight gradient as one small
 kernel per group (60 800 launches per round). The alternative: unfold each sample's input (im2col) and
 take every per-sample weight gradient as one batched matrix product, g_i · unfold(a_i)ᵀ
-(Opacus' ``GradSampleModule`` does this for ``nn.Conv2d``). This script times both for MnistCNN's two
-convolutions at m clients × B samples, checks they agree, and writes ``conv_grads.json``: the ratio
-says whether moving the engine's convolutions to the unfolded form is worth it.
+(Opacus' ``GradSampleModule`` does this for ``nn.Conv2d``); or take them all as one *forward* convolution
+with m·B groups, each sample's output gradients the kernels of its group (Rochette et al. 2019), which
+cuDNN need not split by group. The last two are the engine's own functions (``LocalConfig.per_sample`` =
+"unfold", "grouped"). This script times the three for MnistCNN's two convolutions at m clients × B
+samples, checks they agree, and writes ``conv_grads.json``: the ratios say which route a GPU should take.
 
     PYTHONPATH=lib python benchmarks/conv_grads.py --out OUT_DIR [--device cuda] [--clients 100]
 
@@ -25,6 +27,7 @@ import torch.nn.functional as F
 from torch.func import grad, vmap
 
 from dpfl.device import configure, describe
+from dpfl.federated import local
 from timing import best                  # benchmarks/
 
 #: MnistCNN's convolutions (``dpfl.models.MNIST_CNN``): name, in channels, out channels, input side
@@ -40,13 +43,19 @@ def by_vmap(weight, a, g):
     return vmap(vmap(grad(one), in_dims=(None, 0, 0)), in_dims=(0, 0, 0))(weight, a, g)
 
 
-def by_unfold(weight, a, g):
-    """Unfolded: every sample's weight gradient g_i · unfold(a_i)ᵀ in one batched matrix product."""
-    m, batch, c_in = a.shape[:3]
-    out, k = weight.shape[1], weight.shape[-1]
-    cols = F.unfold(a.reshape(m * batch, c_in, *a.shape[3:]), k)               # (mB, in·k², L)
-    grads = torch.bmm(g.reshape(m * batch, out, -1), cols.transpose(1, 2))    # (mB, out, in·k²)
-    return grads.reshape(m, batch, out, c_in, k, k)
+def _engine_route(conv_grads):
+    """One of the engine's per-layer routes (``dpfl.federated.local``), vmapped over the clients as in a
+    round; returns (m, B, out, in, k, k)."""
+    def route(weight, a, g):
+        grads, _ = vmap(conv_grads)(a, g)                                        # (m, B, out, in·k²)
+        return grads.reshape(*grads.shape[:2], *weight.shape[1:])
+    return route
+
+
+#: Unfolded: every sample's weight gradient g_i · unfold(a_i)ᵀ in one batched matrix product
+by_unfold = _engine_route(local._conv_grads_unfolded)
+#: Grouped: one forward convolution with m·B groups, each sample's output gradients its group's kernels
+by_grouped = _engine_route(local._conv_grads_grouped)
 
 
 def main(argv=None) -> int:
@@ -65,14 +74,16 @@ def main(argv=None) -> int:
         w = torch.randn(m, c_out, c_in, 3, 3, generator=gen).to(args.device)
         a = torch.randn(m, b, c_in, side, side, generator=gen).to(args.device)
         g = torch.randn(m, b, c_out, side - 2, side - 2, generator=gen).to(args.device)
-        ours, unfolded = by_vmap(w, a, g), by_unfold(w, a, g)
-        err = float((ours - unfolded).abs().max() / ours.abs().max())
-        if err > 1e-4:
-            raise AssertionError(f"{name}: the two routes disagree (max relative error {err:.2e})")
-        t_vmap = best(lambda: by_vmap(w, a, g), args.repeats, args.device)
-        t_unfold = best(lambda: by_unfold(w, a, g), args.repeats, args.device)
-        report["layers"][name] = {"vmap_s": round(t_vmap, 5), "unfold_s": round(t_unfold, 5),
-                                  "vmap_over_unfold": round(t_vmap / t_unfold, 2), "max_rel_error": err}
+        ours = by_vmap(w, a, g)
+        row = {"vmap_s": round(best(lambda: by_vmap(w, a, g), args.repeats, args.device), 5), "max_rel_error": 0.0}
+        for route, fn in (("unfold", by_unfold), ("grouped", by_grouped)):
+            err = float((ours - fn(w, a, g)).abs().max() / ours.abs().max())
+            if err > 1e-4:
+                raise AssertionError(f"{name}: the {route} route disagrees with vmap (max relative error {err:.2e})")
+            row[f"{route}_s"] = round(best(lambda: fn(w, a, g), args.repeats, args.device), 5)
+            row[f"vmap_over_{route}"] = round(row["vmap_s"] / row[f"{route}_s"], 2)
+            row["max_rel_error"] = max(row["max_rel_error"], err)
+        report["layers"][name] = row
         print(name, report["layers"][name], flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

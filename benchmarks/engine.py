@@ -1,8 +1,9 @@
 """Engine benchmarks (issue: federated engine), as ratios within one run.
 
 (a) one DP-SGD client step vs the non-private step of the same model and batch (B = 16), with
-    ghost clipping (the default), with the convolutions' per-sample gradients unfolded as well, and
-    with full per-sample gradients; (f) one round of 100 clients with the default route vs unfolded convolutions;
+    ghost clipping (the default), with the convolutions' per-sample gradients unfolded or by a grouped
+    forward convolution as well, and with full per-sample gradients; (f) one round of 100 clients with the
+    default route vs each of the other two (``dpfl.federated.local.CONV_ROUTES``);
 (b) one round of C clients (K DP-SGD steps each) trained by ``local_train`` vs the authors' way:
     a Python loop over clients, each with its own Opacus ``GradSampleModule`` + ``DPOptimizer``;
 (c) memory per client: peak resident memory of a fresh process training a round of C clients,
@@ -16,16 +17,17 @@
     draws of one round of C clients, counted with a ``TorchDispatchMode``, against the per-tensor draw
     pattern the engine had before (8 ``randn`` for the noise + 2 × (full, bernoulli, div) for the
     dropout masks, per client and step).
-Writes ``benchmarks/RESULTS.md`` with the machine's details. Run: ``make bench``.
+Writes the head of ``benchmarks/RESULTS.md`` with the machine's details, keeping its ``## `` sections (the
+peers' and cluster tables, rows measured apart). Run: ``make bench``.
 """
 from __future__ import annotations
 
 import datetime
 import json
-import os
 import platform
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -34,7 +36,7 @@ import torch.nn.functional as F
 
 from dpfl.device import configure
 from dpfl.federated import server
-from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train, updates_from
+from dpfl.federated.local import CONV_ROUTES, LocalConfig, client_generators, init_state, local_train, updates_from
 from dpfl.models import CIFAR_CNN, GEYER_MLP, MNIST_CNN
 from dpfl.opcount import OpCounter
 from dpfl.provenance import device_name, git_commit
@@ -54,14 +56,12 @@ def _setup(model, m, steps, batch):
 
 
 def step_ratio(model, batch=16, steps=10):
-    """Seconds per client step: plain, DP with ghost clipping, with unfolded convolutions, with full
-    per-sample gradients."""
+    """Seconds per client step: plain, DP with each of ``CONV_ROUTES``, with full per-sample gradients."""
     stacked, x, y = _setup(model, 1, steps, batch)
     run = lambda cfg: local_train(model, cfg, stacked, init_state(stacked, cfg), x, y, client_generators(0, 0, [0], device=DEVICE))
     out = {}
-    for name, cfg in [("plain", LocalConfig()), ("ghost", LocalConfig(dp=True, noise_multiplier=2.0)),
-                      ("unfold", LocalConfig(dp=True, noise_multiplier=2.0, per_sample="unfold")),
-                      ("full", LocalConfig(dp=True, noise_multiplier=2.0, per_sample="full"))]:
+    for name, cfg in [("plain", LocalConfig()),
+                      *[(r, LocalConfig(dp=True, noise_multiplier=2.0, per_sample=r)) for r in (*CONV_ROUTES, "full")]]:
         out[name] = best(lambda: run(cfg), 5, DEVICE) / steps
     return out
 
@@ -95,10 +95,10 @@ def _round_timer(clients, steps, batch, model=MNIST_CNN):
     return lambda cfg: best(lambda: train(cfg), 3, DEVICE), x, y
 
 
-def route_ratio(clients, steps=2, batch=16, model=MNIST_CNN):
-    """Seconds per round of ``local_train`` with the default per-sample route and with unfolded convolutions."""
+def route_times(clients, steps=2, batch=16, model=MNIST_CNN) -> dict:
+    """Seconds per round of ``local_train`` by each per-sample route: {route: seconds} for ``CONV_ROUTES``."""
     timer, _, _ = _round_timer(clients, steps, batch, model)
-    return timer(LocalConfig(dp=True, noise_multiplier=2.0)), timer(LocalConfig(dp=True, noise_multiplier=2.0, per_sample="unfold"))
+    return {r: timer(LocalConfig(dp=True, noise_multiplier=2.0, per_sample=r)) for r in CONV_ROUTES}
 
 
 def round_ratio(clients, steps=2, batch=16):
@@ -217,17 +217,19 @@ def main():
         t = step_ratio(model)
         rows.append((f"(a) DP-SGD step / plain step, {model.name}, B=16, ghost clipping", t["plain"], t["ghost"],
                      t["ghost"] / t["plain"], "≤ 1.5×"))
-        rows.append((f"(a) DP-SGD step / plain step, {model.name}, B=16, ghost clipping and unfolded convolutions",
-                     t["plain"], t["unfold"], t["unfold"] / t["plain"], "(for comparison; the GPU's choice?)"))
+        for route, how in (("unfold", "unfolded"), ("grouped", "grouped")):
+            rows.append((f"(a) DP-SGD step / plain step, {model.name}, B=16, ghost clipping and {how} convolutions",
+                         t["plain"], t[route], t[route] / t["plain"], "(for comparison; the GPU's choice?)"))
         rows.append((f"(a) DP-SGD step / plain step, {model.name}, B=16, full per-sample gradients", t["plain"],
                      t["full"], t["full"] / t["plain"], "(for comparison)"))
     for clients in (10, 50, 100):
         ours, theirs = round_ratio(clients)
         rows.append((f"(b) Opacus per-client loop / local_train, {clients} clients, MnistCNN, 2 DP steps of B=16",
                      ours, theirs, theirs / ours, "≥ 10× on a GPU at ≥ 50 clients; ≥ 1× on a CPU"))
-    ghost, unfold = route_ratio(100)
-    rows.append(("(f) local_train with ghost clipping / with unfolded convolutions too, 100 clients, MnistCNN, "
-                 "2 DP steps of B=16", unfold, ghost, ghost / unfold, "> 1 on a GPU: make it the GPU's route"))
+    t = route_times(100)
+    for route, how in (("unfold", "unfolded"), ("grouped", "grouped")):
+        rows.append((f"(f) local_train with ghost clipping / with {how} convolutions too, 100 clients, MnistCNN, "
+                     "2 DP steps of B=16", t[route], t["ghost"], t["ghost"] / t[route], "> 1 on a GPU: make it the GPU's route"))
     for clients in (50, 220):
         ours, theirs = geyer_round_ratio(clients)
         rows.append((f"(e) plain per-client PyTorch loop / ours, one client-level DP round of Geyer's MLP, {clients} "
@@ -246,7 +248,7 @@ def main():
             f"torch {torch.__version__}, {torch.get_num_threads()} threads.\n\n"
             "(a): seconds per client step; the baseline is the non-private step, the ratio DP / plain. "
             "(b), (e): seconds per round; the baseline is our vectorised round, the ratio the per-client loop / "
-            "ours (higher is better for us); (f): seconds per round, the baseline the unfolded route; (g): seconds "
+            "ours (higher is better for us); (f): seconds per round, the baseline the other route; (g): seconds "
             "per round, the baseline the round with freed memory kept.\n\n"
             + table.to_markdown(index=False, floatfmt=".3g")
             + f"\n\n(c) peak memory of a process training one round of MnistCNN clients (2 DP-SGD steps, B=16; "
@@ -263,8 +265,16 @@ def main():
               f"(×{counts['rng_before'] / max(counts['rng_now'], 1):.0f} fewer draws, "
               f"×{counts['ops_before'] / counts['ops_now']:.2f} fewer operations).\n")
     print(text)
-    with open(os.path.join(os.path.dirname(__file__), "RESULTS.md"), "w") as fh:
-        fh.write(text)
+    write_results(Path(__file__).with_name("RESULTS.md"), text)
+
+
+def write_results(path: Path, engine_section: str) -> None:
+    """Write ``engine_section`` as the head of ``path``, keeping every ``## `` section after the old head
+    (the peers' and cluster tables ``make bench`` appends next, and rows measured apart, e.g. on a GPU)."""
+    old = path.read_text() if path.exists() else ""
+    cut = old.find("\n## ")
+    kept = old[cut + 1:] if cut >= 0 else ""
+    path.write_text(engine_section.rstrip("\n") + "\n" + ("\n" + kept if kept else ""))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Where a DP-SGD round's time goes with each per-sample route: ``torch.profiler`` over row (f)'s workload
-(one ``local_train`` round of 100 clients, 2 DP steps of B = 16) for MnistCNN and the CIFAR-10 CNN, the
-default route ("ghost") and unfolded convolutions ("unfold"), under the kernels the runs use
+(one ``local_train`` round of 100 clients, 2 DP steps of B = 16) for MnistCNN and the CIFAR-10 CNN, by each
+per-sample route (``dpfl.federated.local.CONV_ROUTES``: "ghost", the default; "unfold"; "grouped"), under the kernels the runs use
 (``dpfl.device.configure``: deterministic cuDNN, no TF32).
 
     PYTHONPATH=lib python3 benchmarks/profile_routes.py [--clients 100] [--out DIR]
@@ -9,7 +9,7 @@ Writes DIR/profile_routes.txt (each case's 15 costliest operations and kernels) 
 ({case: self CPU and self CUDA seconds, kernel launches, operations}). Why this exists: on the H200 the
 unfolded route, which replaces 3 cuDNN kernels per client and sample by one batched product per layer,
 measured 0.63× (MNIST) and 0.33× (CIFAR-10) the default's speed (``benchmarks/gpu/2026-11-26-2/route.json``);
-the profile says which kernels it spends its time in, so that the next change is measured, not guessed.
+the profile says which kernels each route spends its time in, so that the next change is measured, not guessed.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import torch
 from engine import DEVICE, one_round
 from torch.profiler import ProfilerActivity, profile
 
-from dpfl.federated.local import LocalConfig
+from dpfl.federated.local import CONV_ROUTES, LocalConfig
 from dpfl.models import CIFAR_CNN, MNIST_CNN
 from dpfl.provenance import device_name
 
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     summaries, text = {"device": device_name(DEVICE), "clients": args.clients}, []
     for model in (MNIST_CNN, CIFAR_CNN):
-        for route in ("ghost", "unfold"):
+        for route in CONV_ROUTES:
             case = f"{model.name} {route}"
             summaries[case], table = profile_round(model, route, args.clients)
             print(case, summaries[case], file=sys.stderr, flush=True)

@@ -1,11 +1,13 @@
 """Which DP-SGD per-sample route a Zheng run should take on this machine: row (f) of ``make bench``
 (one ``local_train`` round of 100 clients, 2 DP steps of B = 16, best of 3) for MnistCNN and the
-CIFAR-10 CNN, with the default route (ghost clipping) and with unfolded convolutions.
+CIFAR-10 CNN, by each of ``dpfl.federated.local.CONV_ROUTES``: the default (ghost clipping, the
+convolutions by ``vmap(grad)``), unfolded convolutions, and a grouped forward convolution.
 
-    PYTHONPATH=lib python3 benchmarks/route.py [--out DIR]    # prints e.g. "unfold", writes DIR/route.json
+    PYTHONPATH=lib python3 benchmarks/route.py [--for cifar10] [--out DIR]   # prints e.g. "grouped", writes DIR/route.json
 
-Prints the route for MNIST: "unfold" where it is at least 10 % faster, else "ghost" (the two compute the
-same run up to round-off: ``ZhengRun.per_sample``). A GPU session passes it on as ``--per-sample``.
+Prints the route for the dataset named by ``--for`` (MNIST by default): the fastest route where it is at
+least 10 % faster than the default, else "ghost" (every route computes the same run up to round-off:
+``ZhengRun.per_sample``). A GPU session passes it on as ``--per-sample``.
 """
 from __future__ import annotations
 
@@ -14,28 +16,42 @@ import json
 import sys
 from pathlib import Path
 
-from engine import DEVICE, route_ratio
+from engine import DEVICE, route_times
 
 from dpfl.models import CIFAR_CNN, MNIST_CNN
 from dpfl.provenance import device_name
+
+#: how much faster than the default another route must be to be chosen
+MARGIN = 1.1
+
+
+def choose(seconds: dict) -> str:
+    """The fastest route of {route: seconds} if it beats "ghost" by ``MARGIN``, else "ghost"."""
+    fastest = min(seconds, key=seconds.get)
+    return fastest if seconds["ghost"] >= MARGIN * seconds[fastest] else "ghost"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", help="a directory for route.json")
     parser.add_argument("--clients", type=int, default=100)
+    parser.add_argument("--for", dest="dataset", choices=["mnist", "cifar10"], default="mnist",
+                        help="the dataset whose route is printed")
     args = parser.parse_args(argv)
+    if args.clients < 1:
+        parser.error(f"--clients must be a positive integer, got {args.clients}")
     rows = {}
     for name, model in (("mnist", MNIST_CNN), ("cifar10", CIFAR_CNN)):
-        ghost, unfold = route_ratio(args.clients, model=model)
-        rows[name] = {"ghost_s": round(ghost, 4), "unfold_s": round(unfold, 4), "speedup": round(ghost / unfold, 3)}
-        print(f"{name}: ghost {ghost:.3f} s, unfold {unfold:.3f} s per round of {args.clients} clients: "
-              f"{ghost / unfold:.2f}×", file=sys.stderr)
-    choice = "unfold" if rows["mnist"]["speedup"] >= 1.1 else "ghost"
+        seconds = route_times(args.clients, model=model)
+        rows[name] = {**{f"{r}_s": round(t, 4) for r, t in seconds.items()},
+                      **{f"speedup_{r}": round(seconds["ghost"] / t, 3) for r, t in seconds.items() if r != "ghost"},
+                      "route": choose(seconds)}
+        print(f"{name}: " + ", ".join(f"{r} {t:.3f} s" for r, t in seconds.items())
+              + f" per round of {args.clients} clients: {rows[name]['route']}", file=sys.stderr)
     if args.out:
         Path(args.out, "route.json").write_text(json.dumps({"device": device_name(DEVICE), "clients": args.clients,
-                                                            **rows, "mnist_route": choice}, indent=1) + "\n")
-    print(choice)
+                                                            **rows}, indent=1) + "\n")
+    print(rows[args.dataset]["route"])
     return 0
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/conv_grads.py: both routes to per-sample convolution weight gradients equal a plain
+"""benchmarks/conv_grads.py: the three routes to per-sample convolution weight gradients equal a plain
 per-sample autograd loop, and the script runs every step on a CPU at 2 clients (it is a GPU-session
 command, benchmarks/GPU_QUEUE.md)."""
 import importlib.util
@@ -16,7 +16,7 @@ conv_grads = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(conv_grads)
 
 
-def test_both_routes_equal_a_per_sample_autograd_loop():
+def test_every_route_equals_a_per_sample_autograd_loop():
     gen = torch.Generator().manual_seed(3)
     m, batch, c_in, c_out, side = 2, 3, 4, 5, 9
     w = torch.randn(m, c_out, c_in, 3, 3, generator=gen, dtype=torch.float64)
@@ -30,6 +30,7 @@ def test_both_routes_equal_a_per_sample_autograd_loop():
             loop[c, i] = wc.grad
     torch.testing.assert_close(conv_grads.by_vmap(w, a, g), loop, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(conv_grads.by_unfold(w, a, g), loop, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(conv_grads.by_grouped(w, a, g), loop, rtol=1e-10, atol=1e-12)
 
 
 def test_the_script_runs_on_a_cpu(tmp_path):
@@ -37,4 +38,5 @@ def test_the_script_runs_on_a_cpu(tmp_path):
     report = json.loads((tmp_path / "conv_grads.json").read_text())
     assert set(report["layers"]) == {"conv1", "conv2"}
     for layer in report["layers"].values():
-        assert layer["vmap_s"] > 0 and layer["unfold_s"] > 0 and layer["max_rel_error"] < 1e-4
+        assert layer["vmap_s"] > 0 and layer["unfold_s"] > 0 and layer["grouped_s"] > 0 and layer["max_rel_error"] < 1e-4
+        assert abs(layer["vmap_over_grouped"] - layer["vmap_s"] / layer["grouped_s"]) < 0.01 * layer["vmap_over_grouped"] + 0.01

@@ -5,29 +5,47 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_route_times_both_routes_and_prints_the_faster_for_mnist(tmp_path, capsys):
+def _route_module():
     sys.path.insert(0, str(ROOT / "benchmarks"))             # its sibling engine.py, as when run as a script
     spec = importlib.util.spec_from_file_location("route", ROOT / "benchmarks" / "route.py")
     route = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(route)
-    assert route.main(["--clients", "2", "--out", str(tmp_path)]) == 0
+    return route
+
+
+def test_route_chooses_the_fastest_only_by_a_margin():
+    choose = _route_module().choose
+    assert choose({"ghost": 1.0, "unfold": 0.5, "grouped": 0.8}) == "unfold"
+    assert choose({"ghost": 1.0, "unfold": 1.2, "grouped": 0.5}) == "grouped"
+    assert choose({"ghost": 1.0, "unfold": 0.95, "grouped": 0.93}) == "ghost"     # < 10 % faster: keep the default
+    assert choose({"ghost": 0.5, "unfold": 1.0, "grouped": 0.9}) == "ghost"
+
+
+def test_route_times_every_route_and_prints_the_choice_for_the_dataset_asked(tmp_path, capsys):
+    route = _route_module()
+    assert route.main(["--clients", "2", "--out", str(tmp_path), "--for", "cifar10"]) == 0
     report = json.loads((tmp_path / "route.json").read_text())
     assert report["clients"] == 2 and report["device"]
     for name in ("mnist", "cifar10"):
         r = report[name]
-        assert r["ghost_s"] > 0 and r["unfold_s"] > 0 and abs(r["speedup"] - r["ghost_s"] / r["unfold_s"]) < 1e-2
-    assert report["mnist_route"] == ("unfold" if report["mnist"]["speedup"] >= 1.1 else "ghost")
-    assert capsys.readouterr().out.strip() == report["mnist_route"]
+        seconds = {k: r[f"{k}_s"] for k in ("ghost", "unfold", "grouped")}
+        assert all(t > 0 for t in seconds.values())
+        for k in ("unfold", "grouped"):
+            assert abs(r[f"speedup_{k}"] - seconds["ghost"] / seconds[k]) < 1e-2 * r[f"speedup_{k}"]
+        assert r["route"] == route.choose(seconds)
+    assert capsys.readouterr().out.strip() == report["cifar10"]["route"]
+    with pytest.raises(SystemExit):
+        route.main(["--clients", "0"])
 
 
 def test_profile_routes_writes_each_cases_costliest_operations(tmp_path):
-    """benchmarks/profile_routes.py (a GPU session's optional profile of both routes), on a CPU with 2
+    """benchmarks/profile_routes.py (a GPU session's optional profile of every route), on a CPU with 2
     clients: every case is profiled, its operations counted, and bad input is refused before any work."""
-    import pytest
-
     sys.path.insert(0, str(ROOT / "benchmarks"))
     spec = importlib.util.spec_from_file_location("profile_routes", ROOT / "benchmarks" / "profile_routes.py")
     profile_routes = importlib.util.module_from_spec(spec)
@@ -37,7 +55,7 @@ def test_profile_routes_writes_each_cases_costliest_operations(tmp_path):
     assert not (tmp_path / "never").exists()
     assert profile_routes.main(["--clients", "2", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "profile_routes.json").read_text())
-    cases = [f"{m} {r}" for m in ("mnist_cnn", "cifar_cnn") for r in ("ghost", "unfold")]
+    cases = [f"{m} {r}" for m in ("mnist_cnn", "cifar_cnn") for r in ("ghost", "unfold", "grouped")]
     assert report["clients"] == 2 and all(report[c]["aten_ops"] > 0 and report[c]["self_cpu_s"] > 0 for c in cases)
     text = (tmp_path / "profile_routes.txt").read_text()
     assert all(f"## {c}:" in text for c in cases) and "aten::convolution" in text

@@ -229,22 +229,24 @@ class _EmptyCache:
         return None
 
 
-def test_the_per_sample_route_changes_how_not_what(data_root, tmp_path):
-    """``--per-sample unfold`` (``ZhengRun.per_sample``, the GPU's candidate route) trains the run the
-    default route trains, up to float round-off: one hash, one cache entry, the route in the provenance."""
+@pytest.mark.parametrize("route", ["unfold", "grouped"])
+def test_the_per_sample_route_changes_how_not_what(data_root, tmp_path, route):
+    """``--per-sample unfold`` or ``grouped`` (``ZhengRun.per_sample``, the GPU's candidate routes) trains
+    the run the default route trains, up to float round-off: one hash, one cache entry, the route in the
+    provenance."""
     from dpfl.experiments import zheng2021 as z
     from dpfl.runs import Cache, run
 
     args = ["--profile", "smoke", "--only", "mnist p=1 σ=1.0 B=16", "--device", DEVICE, "--data-dir", str(data_root)]
-    assert z.main(args + ["--cache", str(tmp_path / "u"), "--per-sample", "unfold"]) == 0
+    assert z.main(args + ["--cache", str(tmp_path / "u"), "--per-sample", route]) == 0
     ghost = next(c for c in z.grid("smoke", device=DEVICE, data_dir=str(data_root), progress=False)
                  if (c.dataset, c.p, c.sigma, c.batch_size) == ("mnist", 1.0, 1.0, 16))
-    unfold = Cache(tmp_path / "u").load(ghost)                  # found under the default route's hash
-    assert unfold is not None and unfold.provenance["per_sample"] == "unfold"
-    assert dataclasses.replace(ghost, per_sample="unfold").round_config().local.per_sample == "unfold"   # the engine's route
+    other = Cache(tmp_path / "u").load(ghost)                   # found under the default route's hash
+    assert other is not None and other.provenance["per_sample"] == route
+    assert dataclasses.replace(ghost, per_sample=route).round_config().local.per_sample == route   # the engine's route
     mine = run(ghost, Cache(tmp_path / "g"))
-    assert mine.provenance["per_sample"] == "ghost" and len(mine.value) == len(unfold.value) == ghost.rounds
-    np.testing.assert_allclose(unfold.value.loss_global, mine.value.loss_global, rtol=1e-4)
-    np.testing.assert_allclose(unfold.value.acc_stored_local, mine.value.acc_stored_local, atol=0.01)
+    assert mine.provenance["per_sample"] == "ghost" and len(mine.value) == len(other.value) == ghost.rounds
+    np.testing.assert_allclose(other.value.loss_global, mine.value.loss_global, rtol=1e-4)
+    np.testing.assert_allclose(other.value.acc_stored_local, mine.value.acc_stored_local, atol=0.01)
     with pytest.raises(ValueError, match="per_sample"):
         dataclasses.replace(ghost, per_sample="full")

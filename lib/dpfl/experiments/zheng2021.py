@@ -23,7 +23,7 @@ from dpfl.accounting import gdp
 from dpfl.data import FederatedDataset, load_dataset, partition
 from dpfl.data.datasets import source_of
 from dpfl.federated.engine import PriFedSync, RoundConfig
-from dpfl.federated.local import LocalConfig
+from dpfl.federated.local import CONV_ROUTES, LocalConfig
 from dpfl.experiments.runner import TrainingRun
 from dpfl.federated.sampling import PoissonClients
 from dpfl.federated.schedule import LearningRate
@@ -139,10 +139,11 @@ class ZhengRun(TrainingRun):
     #: CIFAR-10's official files and its JPEG copy give different results, so it is part of the hash
     #: (MNIST has only the official files: None, as before the field existed)
     data_source: str | None = dataclasses.field(default=None, metadata={"hash": "unless-default"})
-    #: how DP-SGD gets per-sample gradients (``LocalConfig.per_sample``): "ghost" (the default) or "unfold"
-    #: (every convolution one batched product: fewer kernel launches, the GPU's candidate route). The
-    #: two compute the same clipped sums up to float round-off (tests/test_local.py, float64 against a
-    #: per-sample loop), so, like ``device``, it stays out of the hash and is recorded in the provenance
+    #: how DP-SGD gets per-sample gradients (``LocalConfig.per_sample``): "ghost" (the default), "unfold"
+    #: or "grouped" (every convolution's per-sample gradients in one call per layer: fewer kernel launches,
+    #: the GPU's candidate routes; ``benchmarks/route.py`` picks one). They compute the same clipped sums
+    #: up to float round-off (tests/test_local.py, float64 against a per-sample loop and Opacus), so, like
+    #: ``device``, it stays out of the hash and is recorded in the provenance
     #: (a run resumed with another route records the last stretch's)
     per_sample: str = dataclasses.field(default="ghost", metadata={"hash": False, "provenance": True})
 
@@ -154,7 +155,7 @@ class ZhengRun(TrainingRun):
         checks.positive_int("batch_size", self.batch_size)
         checks.positive_int("rounds", self.rounds)
         checks.positive_int("num_clients", self.num_clients)
-        checks.one_of("per_sample", self.per_sample, ("ghost", "unfold"))
+        checks.one_of("per_sample", self.per_sample, CONV_ROUTES)
         if self.dataset == "cifar10" and self.data_source is None:
             object.__setattr__(self, "data_source", source_of("cifar10", self.data_dir))
 
@@ -348,7 +349,7 @@ def main(argv=None) -> int:
     describe = lambda c: f"{c.dataset} p={c.p:g} σ={c.sigma} B={c.batch_size}" + (f" to {c.stop_at:.0%}" if c.stop_at else "")
     runs_of = lambda profile, **common: (grid(profile, **common) if profile != "cells"
                                          else [run for table in TARGETS for run in cells(table, **common)])
-    route = (["--per-sample"], dict(choices=["ghost", "unfold"], default="ghost",
+    route = (["--per-sample"], dict(choices=list(CONV_ROUTES), default="ghost",
                                     help="DP-SGD's per-sample gradient route (ZhengRun.per_sample; same results up to round-off)"))
     return runner.main("dpfl.experiments.zheng2021", runs_of, describe, [*SETTINGS, "cells"], "figures/zheng2021/cache",
                        argv, followups=followups, options={"per_sample": route})

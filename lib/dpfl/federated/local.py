@@ -26,7 +26,12 @@ from dpfl import checks
 from dpfl.federated import mlp_sgd
 from dpfl.models import Model, Tap
 
-__all__ = ["LocalConfig", "init_state", "local_train", "updates_from", "client_generators", "step_noise", "take", "put"]
+__all__ = ["CONV_ROUTES", "LocalConfig", "init_state", "local_train", "updates_from", "client_generators", "step_noise", "take", "put"]
+
+
+#: DP-SGD's routes to the convolutions' per-sample gradients (``LocalConfig.per_sample``, :func:`_clipped_sum`):
+#: the same numbers up to round-off, at different speeds by device (``benchmarks/route.py`` measures them)
+CONV_ROUTES = ("ghost", "unfold", "grouped")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +46,7 @@ class LocalConfig:
     dp: bool = False
     clip: float = 1.0
     noise_multiplier: float = 0.0     # z: noise std z·C on the sum of clipped gradients
-    per_sample: str = "ghost"         # how DP-SGD gets per-sample gradients: "ghost", "unfold" or "full" (_clipped_sum)
+    per_sample: str = "ghost"         # how DP-SGD gets per-sample gradients: "ghost", "unfold", "grouped" or "full" (_clipped_sum)
     prox: float = 0.0                 # λ of a proximal term λ/2·‖w − anchor‖² (Ditto; see dpfl.federated.personalize)
 
     def __post_init__(self):
@@ -50,7 +55,7 @@ class LocalConfig:
         checks.nonnegative("weight_decay", self.weight_decay)
         checks.positive("clip", self.clip)
         checks.nonnegative("noise_multiplier", self.noise_multiplier)
-        checks.one_of("per_sample", self.per_sample, ("ghost", "unfold", "full"))
+        checks.one_of("per_sample", self.per_sample, (*CONV_ROUTES, "full"))
         checks.nonnegative("prox", self.prox)
 
 
@@ -118,6 +123,27 @@ def _conv_outputs_of(model: Model, shapes: tuple, sample_shape: tuple) -> dict:
     return out
 
 
+def _conv_grads_unfolded(a, g):
+    """Per-sample weight and bias gradients of a stride-1 convolution without padding from its inputs
+    ``a`` (B, in, H, W) and output gradients ``g`` (B, out, H', W'), as (B, out, in·k²) and (B, out):
+    g_i · unfold(a_i)ᵀ, one batched product."""
+    out = g.flatten(2)                                                  # (B, out, L)
+    kernel = tuple(n - m + 1 for n, m in zip(a.shape[2:], g.shape[2:]))
+    cols = F.unfold(a, kernel)                                          # (B, in·k², L)
+    return torch.bmm(out, cols.transpose(1, 2)), out.sum(2)
+
+
+def _conv_grads_grouped(a, g):
+    """As :func:`_conv_grads_unfolded`, by one forward convolution with B groups: the B inputs become
+    the channels of a batch of ``in`` images, each sample's output gradients the ``out`` kernels of
+    its group; the result (in, B·out, k, k) is every sample's ∂ℓ_i/∂W."""
+    batch, c_in = a.shape[:2]
+    c_out = g.shape[1]
+    grads = F.conv2d(a.transpose(0, 1), g.reshape(batch * c_out, 1, *g.shape[2:]), groups=batch)
+    grads = grads.reshape(c_in, batch, c_out, -1).permute(1, 2, 0, 3)   # (B, out, in, k²)
+    return grads.reshape(batch, c_out, -1), g.flatten(2).sum(2)
+
+
 def _clipped_sum(model: Model, cfg: LocalConfig, params, x, y, masks):
     """Σ_i clip_C(∇ℓ_i): the sum of per-sample gradients, each scaled by min(1, C/(‖∇ℓ_i‖ + 1e-6)).
 
@@ -126,14 +152,20 @@ def _clipped_sum(model: Model, cfg: LocalConfig, params, x, y, masks):
     layer z = W a + b, the per-sample gradient is g aᵀ with g = ∂ℓ_i/∂z, so ‖∇_W ℓ_i‖² = ‖g‖²‖a‖²
     and Σ_i c_i g_i a_iᵀ = (c·G)ᵀA — the B per-sample copies of W (MnistCNN's fc1: 1.2 M entries
     each) are never formed ("ghost clipping", Goodfellow 2015; Li et al. 2022). The probes of
-    :class:`dpfl.models.Tap` give g. ``"unfold"`` also taps the convolutions (``Model.convs``):
-    autograd then computes no weight gradient at all, and a convolution's per-sample weight gradients
-    are one batched product g_i · unfold(a_i)ᵀ (as Opacus does for ``nn.Conv2d``) where ``vmap(grad)``
-    runs a convolution with one group per sample (on a GPU, one small kernel per sample;
-    ``benchmarks/conv_grads.py``). All agree to round-off (tested against a per-sample loop).
+    :class:`dpfl.models.Tap` give g. ``"unfold"`` and ``"grouped"`` also tap the convolutions
+    (``Model.convs``): autograd then computes no weight gradient at all, and a convolution's
+    per-sample weight gradients come from its input a and output gradient g in one call per layer.
+    ``"unfold"``: one batched product g_i · unfold(a_i)ᵀ (as Opacus does for ``nn.Conv2d``).
+    ``"grouped"``: one *forward* convolution with one group per sample, the samples' inputs as its
+    batch of channels and their output gradients as its kernels (Rochette et al. 2019): for a stride-1
+    convolution without padding ∂ℓ_i/∂W[o, c, u, v] = Σ_hw g_i[o, h, w]·a_i[c, h + u, w + v], a
+    cross-correlation of a_i[c] with g_i[o]. Where ``vmap(grad)`` takes the same gradients as the weight
+    gradient of a grouped convolution, which cuDNN's deterministic algorithms run as one small kernel per
+    group (per sample: ``benchmarks/conv_grads.py``). All agree to round-off (tested against a per-sample loop);
+    the identities are derived in docs/per-sample-gradients.md §1 (ghost norms) and §2 (convolutions).
     """
     linear = model.linear if cfg.per_sample != "full" else ()
-    convs = model.convs if cfg.per_sample == "unfold" else ()
+    convs = model.convs if cfg.per_sample in ("unfold", "grouped") else ()
     tapped = {k: v for k, v in params.items() if k.split(".")[0] in (*linear, *convs)}
     rest = {k: v for k, v in params.items() if k not in tapped}
     like = dict(dtype=x.dtype, device=x.device)
@@ -157,10 +189,9 @@ def _clipped_sum(model: Model, cfg: LocalConfig, params, x, y, masks):
         if name + ".bias" in tapped:
             sq = sq + out_sq
     unfolded = {}
+    conv_grads = _conv_grads_grouped if cfg.per_sample == "grouped" else _conv_grads_unfolded
     for name in convs:
-        out = g_out[name].flatten(2)                                               # (B, out, L)
-        cols = F.unfold(inputs[name], tapped[name + ".weight"].shape[-2:])          # (B, in·k², L)
-        unfolded[name] = torch.bmm(out, cols.transpose(1, 2)), out.sum(2)          # weight, bias per sample
+        unfolded[name] = conv_grads(inputs[name], g_out[name])
         sq = sq + unfolded[name][0].pow(2).sum((1, 2)) + unfolded[name][1].pow(2).sum(1)
     factor = (cfg.clip / (torch.sqrt(sq) + 1e-6)).clamp(max=1.0)
     total = {k: torch.einsum("b,b...->...", factor, g) for k, g in g_rest.items()}
