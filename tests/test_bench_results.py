@@ -1,22 +1,14 @@
 """benchmarks/engine.py rewrites the head of benchmarks/RESULTS.md and keeps its ``## `` sections (the
 peers' and cluster tables that ``make bench`` appends after it, rows measured apart such as a GPU's)."""
-import importlib.util
-import sys
 from pathlib import Path
+
+from tests_support import benchmark_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _engine():
-    sys.path.insert(0, str(ROOT / "benchmarks"))             # its sibling timing.py, as when run as a script
-    spec = importlib.util.spec_from_file_location("bench_engine", ROOT / "benchmarks" / "engine.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_engine_section_is_replaced_and_every_later_section_kept(tmp_path):
-    write = _engine().write_results
+    write = benchmark_script("engine").write_results
     path = tmp_path / "RESULTS.md"
     write(path, "# Engine benchmarks\n\nold table\n")
     assert path.read_text() == "# Engine benchmarks\n\nold table\n"
@@ -32,7 +24,7 @@ def test_the_committed_results_keep_their_sections_through_a_rewrite(tmp_path):
     committed = (ROOT / "benchmarks" / "RESULTS.md").read_text()
     path = tmp_path / "RESULTS.md"
     path.write_text(committed)
-    _engine().write_results(path, "# Engine benchmarks\n\nfresh\n")
+    benchmark_script("engine").write_results(path, "# Engine benchmarks\n\nfresh\n")
     headings = [line for line in committed.splitlines() if line.startswith("## ")]
     assert headings and [line for line in path.read_text().splitlines() if line.startswith("## ")] == headings
     assert "on an NVIDIA H200" in path.read_text()           # the GPU's row (f), measured apart

@@ -1,19 +1,13 @@
 """benchmarks/conv_grads.py: the three routes to per-sample convolution weight gradients equal a plain
 per-sample autograd loop, and the script runs every step on a CPU at 2 clients (it is a GPU-session
 command, benchmarks/GPU_QUEUE.md)."""
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from tests_support import benchmark_script
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))                 # its sibling module timing.py, as when run as a script
-spec = importlib.util.spec_from_file_location("conv_grads", ROOT / "benchmarks" / "conv_grads.py")
-conv_grads = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(conv_grads)
+conv_grads = benchmark_script("conv_grads")
 
 
 def test_every_route_equals_a_per_sample_autograd_loop():

@@ -1,17 +1,13 @@
 """benchmarks/gpu_first.py, the first command of a GPU session (benchmarks/GPU_QUEUE.md), run on a CPU at a
 small scale: every step it takes on the GPU runs here through the same code, so that no slip of the script
 can spend the GPU session's first minutes."""
-import importlib.util
 import json
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests_support import benchmark_script
 
 
 def test_gpu_first_runs_every_step_on_a_cpu(data_root, tmp_path):
-    spec = importlib.util.spec_from_file_location("gpu_first", ROOT / "benchmarks" / "gpu_first.py")
-    gpu_first = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_first)
+    gpu_first = benchmark_script("gpu_first")
     assert gpu_first.main(["--device", "cpu", "--clients", "2", "--local-steps", "2", "--rounds", "2", "--skip", "cifar",
                            "--data-dir", str(data_root), "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "gpu_first.json").read_text())

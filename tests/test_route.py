@@ -1,25 +1,13 @@
 """benchmarks/route.py, which picks a GPU session's ``--per-sample`` route (benchmarks/GPU_QUEUE.md), run
 on a CPU at a small scale, so that no slip of the script spends device time."""
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _route_module():
-    sys.path.insert(0, str(ROOT / "benchmarks"))             # its sibling engine.py, as when run as a script
-    spec = importlib.util.spec_from_file_location("route", ROOT / "benchmarks" / "route.py")
-    route = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(route)
-    return route
+from tests_support import benchmark_script
 
 
 def test_route_chooses_the_fastest_only_by_a_margin():
-    choose = _route_module().choose
+    choose = benchmark_script("route").choose
     assert choose({"ghost": 1.0, "unfold": 0.5, "grouped": 0.8}) == "unfold"
     assert choose({"ghost": 1.0, "unfold": 1.2, "grouped": 0.5}) == "grouped"
     assert choose({"ghost": 1.0, "unfold": 0.95, "grouped": 0.93}) == "ghost"     # < 10 % faster: keep the default
@@ -27,7 +15,7 @@ def test_route_chooses_the_fastest_only_by_a_margin():
 
 
 def test_route_times_every_route_and_prints_the_choice_for_the_dataset_asked(tmp_path, capsys):
-    route = _route_module()
+    route = benchmark_script("route")
     assert route.main(["--clients", "2", "--out", str(tmp_path), "--for", "cifar10"]) == 0
     report = json.loads((tmp_path / "route.json").read_text())
     assert report["clients"] == 2 and report["device"]
@@ -46,10 +34,7 @@ def test_route_times_every_route_and_prints_the_choice_for_the_dataset_asked(tmp
 def test_profile_routes_writes_each_cases_costliest_operations(tmp_path):
     """benchmarks/profile_routes.py (a GPU session's optional profile of every route), on a CPU with 2
     clients: every case is profiled, its operations counted, and bad input is refused before any work."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("profile_routes", ROOT / "benchmarks" / "profile_routes.py")
-    profile_routes = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(profile_routes)
+    profile_routes = benchmark_script("profile_routes")
     with pytest.raises(SystemExit):
         profile_routes.main(["--clients", "0", "--out", str(tmp_path / "never")])
     assert not (tmp_path / "never").exists()

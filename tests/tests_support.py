@@ -26,3 +26,18 @@ def device_under_test() -> str:
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("DPFL_TEST_DEVICE=cuda but torch sees no CUDA device")
     return device
+
+
+def benchmark_script(name: str):
+    """``benchmarks/<name>.py`` imported as a module, with ``benchmarks/`` on the path for its siblings
+    (``timing.py``, ``engine.py``), as when it runs as a script."""
+    import importlib.util
+    import sys
+
+    folder = Path(__file__).resolve().parents[1] / "benchmarks"
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", folder / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
