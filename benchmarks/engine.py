@@ -1,9 +1,10 @@
 """Engine benchmarks (issue: federated engine), as ratios within one run.
 
 (a) one DP-SGD client step vs the non-private step of the same model and batch (B = 16), with
-    ghost clipping (the default), with the convolutions' per-sample gradients unfolded or by a grouped
-    forward convolution as well, and with full per-sample gradients; (f) one round of 100 clients with the
-    default route vs each of the other two (``dpfl.federated.local.CONV_ROUTES``);
+    ghost clipping (the default), with each other route to the convolutions' per-sample gradients
+    (``dpfl.federated.local.CONV_ROUTES``: unfolded, a grouped forward convolution, convolutions as matrix
+    products), and with full per-sample gradients; (f) one round of 100 clients with the default route vs
+    each other route;
 (b) one round of C clients (K DP-SGD steps each) trained by ``local_train`` vs the authors' way:
     a Python loop over clients, each with its own Opacus ``GradSampleModule`` + ``DPOptimizer``;
 (c) memory per client: peak resident memory of a fresh process training a round of C clients,
@@ -93,6 +94,11 @@ def _round_timer(clients, steps, batch, model=MNIST_CNN):
     """(best seconds of one round (:func:`one_round`) under a given LocalConfig, the round's batches x, y)."""
     train, x, y = one_round(clients, steps, batch, model)
     return lambda cfg: best(lambda: train(cfg), 3, DEVICE), x, y
+
+
+#: the per-sample routes other than the default, as rows (a) and (f) name them
+ROUTE_NAMES = {"unfold": "unfolded convolutions", "grouped": "grouped convolutions",
+               "matmul": "convolutions as matrix products"}
 
 
 def route_times(clients, steps=2, batch=16, model=MNIST_CNN) -> dict:
@@ -217,8 +223,8 @@ def main():
         t = step_ratio(model)
         rows.append((f"(a) DP-SGD step / plain step, {model.name}, B=16, ghost clipping", t["plain"], t["ghost"],
                      t["ghost"] / t["plain"], "≤ 1.5×"))
-        for route, how in (("unfold", "unfolded"), ("grouped", "grouped")):
-            rows.append((f"(a) DP-SGD step / plain step, {model.name}, B=16, ghost clipping and {how} convolutions",
+        for route, how in ROUTE_NAMES.items():
+            rows.append((f"(a) DP-SGD step / plain step, {model.name}, B=16, ghost clipping and {how}",
                          t["plain"], t[route], t[route] / t["plain"], "(for comparison; the GPU's choice?)"))
         rows.append((f"(a) DP-SGD step / plain step, {model.name}, B=16, full per-sample gradients", t["plain"],
                      t["full"], t["full"] / t["plain"], "(for comparison)"))
@@ -227,8 +233,8 @@ def main():
         rows.append((f"(b) Opacus per-client loop / local_train, {clients} clients, MnistCNN, 2 DP steps of B=16",
                      ours, theirs, theirs / ours, "≥ 10× on a GPU at ≥ 50 clients; ≥ 1× on a CPU"))
     t = route_times(100)
-    for route, how in (("unfold", "unfolded"), ("grouped", "grouped")):
-        rows.append((f"(f) local_train with ghost clipping / with {how} convolutions too, 100 clients, MnistCNN, "
+    for route, how in ROUTE_NAMES.items():
+        rows.append((f"(f) local_train with ghost clipping / with {how} too, 100 clients, MnistCNN, "
                      "2 DP steps of B=16", t[route], t["ghost"], t["ghost"] / t[route], "> 1 on a GPU: make it the GPU's route"))
     for clients in (50, 220):
         ours, theirs = geyer_round_ratio(clients)

@@ -4,7 +4,7 @@
 # TESTS_SECONDS: at most this long for the CUDA tests in $DPFL_GPU_TESTS (0: none; -v, so that a run cut short
 # by the timeout still names each test that finished); TOTAL_SECONDS: the
 # call's whole budget, the cells get what the tests leave; ROUTE: --per-sample for the cells, "ghost"
-# (default), "unfold", "grouped" or "auto" (benchmarks/route.py measures the three, ≈ 15 s, and picks CIFAR-10's
+# (default), "unfold", "grouped", "matmul" or "auto" (benchmarks/route.py measures the four, ≈ 20 s, and picks CIFAR-10's
 # route when ONLY names cifar10, MNIST's otherwise; a later call on the warm machine reuses it); ONLY: --only for the cells.
 # Finished runs are also kept in /tmp/keep and checkpoints in /tmp/ckpt, so that a next call on the same
 # warm machine goes on from them. First used on 2026-11-26 (benchmarks/gpu/2026-11-26/README.md).
@@ -35,7 +35,7 @@ if [ "$ROUTE" = auto ] && [ -s /tmp/route-$FOR ]; then     # measured by an earl
   ROUTE=$(cat /tmp/route-$FOR); echo "route $ROUTE (measured by an earlier call)" >> $OUT/zheng.log
 elif [ "$ROUTE" = auto ]; then
   ROUTE=$(python3 benchmarks/route.py --for $FOR --out $OUT 2>> $OUT/zheng.log | tail -1)
-  case "$ROUTE" in ghost|unfold|grouped) echo "$ROUTE" > /tmp/route-$FOR ;;
+  case "$ROUTE" in ghost|unfold|grouped|matmul) echo "$ROUTE" > /tmp/route-$FOR ;;
     *) echo "route.py failed: the default route" >> $OUT/zheng.log; ROUTE=ghost ;; esac
   echo "route $ROUTE after $((SECONDS - T0)) s" >> $OUT/zheng.log
 fi

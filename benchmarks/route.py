@@ -1,7 +1,8 @@
 """Which DP-SGD per-sample route a Zheng run should take on this machine: row (f) of ``make bench``
 (one ``local_train`` round of 100 clients, 2 DP steps of B = 16, best of 3) for MnistCNN and the
 CIFAR-10 CNN, by each of ``dpfl.federated.local.CONV_ROUTES``: the default (ghost clipping, the
-convolutions by ``vmap(grad)``), unfolded convolutions, and a grouped forward convolution.
+convolutions by ``vmap(grad)``), unfolded convolutions, a grouped forward convolution, and convolutions
+computed as matrix products (docs/per-sample-gradients.md §2).
 
     PYTHONPATH=lib python3 benchmarks/route.py [--for cifar10] [--out DIR]   # prints e.g. "grouped", writes DIR/route.json
 

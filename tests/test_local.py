@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from dpfl.federated.local import LocalConfig, client_generators, init_state, local_train, step_noise
+from dpfl.federated.local import CONV_ROUTES, LocalConfig, client_generators, init_state, local_train, step_noise
 from dpfl.models import CIFAR_CNN, GEYER_MLP, MNIST_CNN, get_model
 from tests_support import device_under_test
 
@@ -59,8 +59,9 @@ def _reference(model, cfg, params, x, y, generator):
     LocalConfig(optimizer="sgd", lr=0.05, dp=True, clip=0.1, noise_multiplier=1.5, per_sample="full"),
     LocalConfig(optimizer="adam", lr=1e-3, dp=True, clip=0.1, noise_multiplier=1.5, per_sample="unfold"),
     LocalConfig(optimizer="adam", lr=1e-3, dp=True, clip=0.1, noise_multiplier=1.5, per_sample="grouped"),
+    LocalConfig(optimizer="adam", lr=1e-3, dp=True, clip=0.1, noise_multiplier=1.5, per_sample="matmul"),
 ], ids=["sgd", "adam-wd", "adam-dpsgd", "sgd-dpsgd-tightclip", "sgd-dpsgd-full-per-sample", "adam-dpsgd-unfolded-convs",
-        "adam-dpsgd-grouped-convs"])
+        "adam-dpsgd-grouped-convs", "adam-dpsgd-matmul-convs"])
 def test_vectorised_local_training_equals_the_loop_reference(model_name, cfg):
     """In float64, so that the comparison tests the algorithm (Adam's normalisation turns float32
     round-off in near-zero gradients into ~1e-5 differences); on ``DPFL_TEST_DEVICE`` (CPU in CI)."""
@@ -146,7 +147,7 @@ class _TorchCifarCNN(nn.Module):
         return F.log_softmax(self.fc2(F.relu(self.fc1(h.flatten(1)))), dim=-1)
 
 
-@pytest.mark.parametrize("per_sample", ["ghost", "unfold", "grouped"])
+@pytest.mark.parametrize("per_sample", CONV_ROUTES)
 @pytest.mark.parametrize("model, net_class", [(MNIST_CNN, _TorchMnistCNN), (CIFAR_CNN, _TorchCifarCNN)],
                          ids=["mnist_cnn", "cifar_cnn"])
 def test_per_sample_clipping_matches_opacus(model, net_class, per_sample):
@@ -164,7 +165,8 @@ def test_per_sample_clipping_matches_opacus(model, net_class, per_sample):
     theirs = {n: p.grad_sample for n, p in net.named_parameters()}
     # ours: one DP-SGD SGD step with lr 1 and no noise gives −(Σ clipped)/B (dropout off, as in
     # the Opacus module); ghost clipping for the FC layers, the convolutions' per-sample gradients by
-    # vmap(grad) ("ghost"), by unfolding ("unfold") or by a grouped forward convolution ("grouped")
+    # vmap(grad) ("ghost"), by unfolding ("unfold"), by a grouped forward convolution ("grouped") or from the
+    # columns of convolutions computed as matrix products ("matmul")
     cfg = LocalConfig(optimizer="sgd", lr=1.0, dp=True, clip=0.05, noise_multiplier=0.0, per_sample=per_sample)
     no_dropout = dataclasses.replace(model, masks=lambda batch, g: None)
     new, _ = local_train(no_dropout, cfg, _stack(params, 1), {}, x[None, None], y[None, None],

@@ -5,6 +5,8 @@ import json
 import pytest
 from tests_support import benchmark_script
 
+from dpfl.federated.local import CONV_ROUTES
+
 
 def test_route_chooses_the_fastest_only_by_a_margin():
     choose = benchmark_script("route").choose
@@ -21,9 +23,9 @@ def test_route_times_every_route_and_prints_the_choice_for_the_dataset_asked(tmp
     assert report["clients"] == 2 and report["device"]
     for name in ("mnist", "cifar10"):
         r = report[name]
-        seconds = {k: r[f"{k}_s"] for k in ("ghost", "unfold", "grouped")}
+        seconds = {k: r[f"{k}_s"] for k in CONV_ROUTES}
         assert all(t > 0 for t in seconds.values())
-        for k in ("unfold", "grouped"):
+        for k in CONV_ROUTES[1:]:
             assert abs(r[f"speedup_{k}"] - seconds["ghost"] / seconds[k]) < 1e-2 * r[f"speedup_{k}"]
         assert r["route"] == route.choose(seconds)
     assert capsys.readouterr().out.strip() == report["cifar10"]["route"]
@@ -40,7 +42,7 @@ def test_profile_routes_writes_each_cases_costliest_operations(tmp_path):
     assert not (tmp_path / "never").exists()
     assert profile_routes.main(["--clients", "2", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "profile_routes.json").read_text())
-    cases = [f"{m} {r}" for m in ("mnist_cnn", "cifar_cnn") for r in ("ghost", "unfold", "grouped")]
+    cases = [f"{m} {r}" for m in ("mnist_cnn", "cifar_cnn") for r in CONV_ROUTES]
     assert report["clients"] == 2 and all(report[c]["aten_ops"] > 0 and report[c]["self_cpu_s"] > 0 for c in cases)
     text = (tmp_path / "profile_routes.txt").read_text()
     assert all(f"## {c}:" in text for c in cases) and "aten::convolution" in text

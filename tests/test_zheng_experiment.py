@@ -229,9 +229,9 @@ class _EmptyCache:
         return None
 
 
-@pytest.mark.parametrize("route", ["unfold", "grouped"])
+@pytest.mark.parametrize("route", ["unfold", "grouped", "matmul"])
 def test_the_per_sample_route_changes_how_not_what(data_root, tmp_path, route):
-    """``--per-sample unfold`` or ``grouped`` (``ZhengRun.per_sample``, the GPU's candidate routes) trains
+    """``--per-sample unfold``, ``grouped`` or ``matmul`` (``ZhengRun.per_sample``, the GPU's candidate routes) trains
     the run the default route trains, up to float round-off: one hash, one cache entry, the route in the
     provenance."""
     from dpfl.experiments import zheng2021 as z

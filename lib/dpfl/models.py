@@ -7,7 +7,7 @@ returns a parameter dict initialised as PyTorch's default layers are, ``forward(
 returns log-probabilities, and ``masks(batch, generator)`` draws the dropout masks of one batch
 (``None`` for models without dropout; pass ``None`` or ``{}`` to ``forward`` to evaluate).
 ``forward``'s optional ``tap`` (:class:`Tap`) exposes the fully connected layers (``linear``) for
-ghost clipping, and the convolutions (``convs``) for per-sample gradients by unfolding.
+ghost clipping, and the convolutions (``convs``) for per-sample gradients in one call per layer.
 
 * :data:`MNIST_CNN` — Zheng et al.'s MnistCNN (docs/zheng2021.md §2): conv 32 → conv 64 → max-pool →
   Dropout2d(0.25) → FC 128 → dropout(0.5) → FC 10. The authors apply ``Dropout2d`` to the 2-D FC
@@ -63,10 +63,13 @@ class Tap:
     """Taps layers for per-sample gradients (``dpfl.federated.local``): at each layer ``name`` that
     has a probe (a fully connected layer or a convolution), the forward pass records the layer's input
     in ``inputs[name]`` and adds the zero tensor ``probes[name]`` to its output, so that the gradient
-    with respect to the probe is the gradient with respect to the layer's output."""
+    with respect to the probe is the gradient with respect to the layer's output. ``matmul``: a probed
+    convolution is computed as a matrix product of its unfolded input (im2col) and records the unfolded
+    input, (N, in·k², L), instead of the input (docs/per-sample-gradients.md §2)."""
 
-    def __init__(self, probes: dict):
+    def __init__(self, probes: dict, matmul: bool = False):
         self.probes = probes
+        self.matmul = matmul
         self.inputs = {}
 
 
@@ -83,8 +86,14 @@ def _fc(p, name, h, tap: Tap | None = None):
 
 
 def _conv2d(p, name, h, tap: Tap | None = None):
-    """A convolution of stride 1 without padding, tapped when ``tap`` probes it."""
-    return _tapped(F.conv2d(h, p[name + ".weight"], p[name + ".bias"]), name, h, tap)
+    """A convolution of stride 1 without padding, tapped when ``tap`` probes it (as a matrix product
+    of the unfolded input when the tap asks for it: the same numbers up to round-off)."""
+    weight, bias = p[name + ".weight"], p[name + ".bias"]
+    if tap is None or not tap.matmul or name not in tap.probes:
+        return _tapped(F.conv2d(h, weight, bias), name, h, tap)
+    cols = F.unfold(h, weight.shape[-2:])                                       # (N, in·k², L)
+    side = tuple(n - k + 1 for n, k in zip(h.shape[-2:], weight.shape[-2:]))
+    return _tapped((weight.flatten(1) @ cols + bias[:, None]).unflatten(-1, side), name, cols, tap)
 
 
 def _init(g, convs=(), fcs=()):

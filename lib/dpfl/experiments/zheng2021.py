@@ -139,9 +139,9 @@ class ZhengRun(TrainingRun):
     #: CIFAR-10's official files and its JPEG copy give different results, so it is part of the hash
     #: (MNIST has only the official files: None, as before the field existed)
     data_source: str | None = dataclasses.field(default=None, metadata={"hash": "unless-default"})
-    #: how DP-SGD gets per-sample gradients (``LocalConfig.per_sample``): "ghost" (the default), "unfold"
-    #: or "grouped" (every convolution's per-sample gradients in one call per layer: fewer kernel launches,
-    #: the GPU's candidate routes; ``benchmarks/route.py`` picks one). They compute the same clipped sums
+    #: how DP-SGD gets per-sample gradients (``LocalConfig.per_sample``): "ghost" (the default), "unfold",
+    #: "grouped" or "matmul" (fewer kernel launches: the GPU's candidate routes; ``benchmarks/route.py``
+    #: picks one; docs/per-sample-gradients.md §2). They compute the same clipped sums
     #: up to float round-off (tests/test_local.py, float64 against a per-sample loop and Opacus), so, like
     #: ``device``, it stays out of the hash and is recorded in the provenance
     #: (a run resumed with another route records the last stretch's)

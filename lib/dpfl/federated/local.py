@@ -31,7 +31,7 @@ __all__ = ["CONV_ROUTES", "LocalConfig", "init_state", "local_train", "updates_f
 
 #: DP-SGD's routes to the convolutions' per-sample gradients (``LocalConfig.per_sample``, :func:`_clipped_sum`):
 #: the same numbers up to round-off, at different speeds by device (``benchmarks/route.py`` measures them)
-CONV_ROUTES = ("ghost", "unfold", "grouped")
+CONV_ROUTES = ("ghost", "unfold", "grouped", "matmul")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +46,7 @@ class LocalConfig:
     dp: bool = False
     clip: float = 1.0
     noise_multiplier: float = 0.0     # z: noise std z·C on the sum of clipped gradients
-    per_sample: str = "ghost"         # how DP-SGD gets per-sample gradients: "ghost", "unfold", "grouped" or "full" (_clipped_sum)
+    per_sample: str = "ghost"         # how DP-SGD gets per-sample gradients: one of CONV_ROUTES or "full" (_clipped_sum)
     prox: float = 0.0                 # λ of a proximal term λ/2·‖w − anchor‖² (Ditto; see dpfl.federated.personalize)
 
     def __post_init__(self):
@@ -123,14 +123,20 @@ def _conv_outputs_of(model: Model, shapes: tuple, sample_shape: tuple) -> dict:
     return out
 
 
+def _conv_grads_of_columns(cols, g):
+    """Per-sample weight and bias gradients of a convolution from its unfolded inputs ``cols``
+    (B, in·k², L) and output gradients ``g`` (B, out, H', W'), as (B, out, in·k²) and (B, out):
+    g_i · cols_iᵀ, one batched product."""
+    out = g.flatten(2)                                                  # (B, out, L)
+    return torch.bmm(out, cols.transpose(1, 2)), out.sum(2)
+
+
 def _conv_grads_unfolded(a, g):
     """Per-sample weight and bias gradients of a stride-1 convolution without padding from its inputs
     ``a`` (B, in, H, W) and output gradients ``g`` (B, out, H', W'), as (B, out, in·k²) and (B, out):
-    g_i · unfold(a_i)ᵀ, one batched product."""
-    out = g.flatten(2)                                                  # (B, out, L)
+    g_i · unfold(a_i)ᵀ."""
     kernel = tuple(n - m + 1 for n, m in zip(a.shape[2:], g.shape[2:]))
-    cols = F.unfold(a, kernel)                                          # (B, in·k², L)
-    return torch.bmm(out, cols.transpose(1, 2)), out.sum(2)
+    return _conv_grads_of_columns(F.unfold(a, kernel), g)
 
 
 def _conv_grads_grouped(a, g):
@@ -161,11 +167,15 @@ def _clipped_sum(model: Model, cfg: LocalConfig, params, x, y, masks):
     convolution without padding ∂ℓ_i/∂W[o, c, u, v] = Σ_hw g_i[o, h, w]·a_i[c, h + u, w + v], a
     cross-correlation of a_i[c] with g_i[o]. Where ``vmap(grad)`` takes the same gradients as the weight
     gradient of a grouped convolution, which cuDNN's deterministic algorithms run as one small kernel per
-    group (per sample: ``benchmarks/conv_grads.py``). All agree to round-off (tested against a per-sample loop);
+    group (per sample: ``benchmarks/conv_grads.py``). ``"matmul"`` computes the tapped convolutions themselves as
+    matrix products of their unfolded inputs (:class:`dpfl.models.Tap`), whose vmapped forward and backward
+    passes are batched products over all clients and samples where cuDNN runs a convolution with one
+    group per client as one kernel per client; their per-sample weight gradients are then g_i · cols_iᵀ from
+    the columns the forward pass made. All agree to round-off (tested against a per-sample loop);
     the identities are derived in docs/per-sample-gradients.md §1 (ghost norms) and §2 (convolutions).
     """
     linear = model.linear if cfg.per_sample != "full" else ()
-    convs = model.convs if cfg.per_sample in ("unfold", "grouped") else ()
+    convs = model.convs if cfg.per_sample in ("unfold", "grouped", "matmul") else ()
     tapped = {k: v for k, v in params.items() if k.split(".")[0] in (*linear, *convs)}
     rest = {k: v for k, v in params.items() if k not in tapped}
     like = dict(dtype=x.dtype, device=x.device)
@@ -175,7 +185,7 @@ def _clipped_sum(model: Model, cfg: LocalConfig, params, x, y, masks):
                    for name, shape in _conv_outputs(model, params, x.shape[1:]).items()}
 
     def sample_loss(rest_, probes_, xi, yi, mi):
-        tap = Tap({n: v.unsqueeze(0) for n, v in probes_.items()}) if probes_ else None
+        tap = Tap({n: v.unsqueeze(0) for n, v in probes_.items()}, matmul=cfg.per_sample == "matmul") if probes_ else None
         mi = {k: v.unsqueeze(0) for k, v in mi.items()}
         logp = model.forward({**rest_, **tapped}, xi.unsqueeze(0), mi, tap)
         return -logp[0].gather(0, yi.unsqueeze(0)).squeeze(0), ({n: a[0] for n, a in tap.inputs.items()} if tap else {})
@@ -189,7 +199,7 @@ def _clipped_sum(model: Model, cfg: LocalConfig, params, x, y, masks):
         if name + ".bias" in tapped:
             sq = sq + out_sq
     unfolded = {}
-    conv_grads = _conv_grads_grouped if cfg.per_sample == "grouped" else _conv_grads_unfolded
+    conv_grads = {"grouped": _conv_grads_grouped, "matmul": _conv_grads_of_columns}.get(cfg.per_sample, _conv_grads_unfolded)
     for name in convs:
         unfolded[name] = conv_grads(inputs[name], g_out[name])
         sq = sq + unfolded[name][0].pow(2).sum((1, 2)) + unfolded[name][1].pow(2).sum(1)
