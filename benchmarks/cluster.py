@@ -4,7 +4,7 @@
 (``executor=RayExecutor("local", num_cpus=2)``, one CPU per run). Each side twice into a fresh cache,
 the faster kept; the cluster's start is timed apart (a running cluster is joined in a second). On a
 2-core machine the gain is bounded by the cores: the serial grid already uses both (torch's threads),
-the cluster runs two single-threaded runs at once. Appends a table to ``benchmarks/RESULTS.md``.
+the cluster runs two single-threaded runs at once. Writes a table as the cluster section of ``benchmarks/RESULTS.md`` (``results.write_section``).
 """
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import datetime
 import os
 import tempfile
 import time
-from pathlib import Path
 
 import pandas as pd
 import torch
@@ -20,8 +19,7 @@ import torch
 from dpfl import runs
 from dpfl.experiments.zheng2021 import ZhengRun
 from dpfl.provenance import device_name, git_commit
-
-HERE = Path(__file__).resolve().parent
+import results                            # benchmarks/
 
 
 def grid(data_dir) -> list:
@@ -56,14 +54,13 @@ def main():
                           ("Ray, local cluster of 2 worker CPUs, one CPU per run", on_ray, serial / on_ray)],
                          columns=["8 runs of PriFedSync (6 clients × 3 rounds × 10 DP-SGD steps)", "seconds (best of 2)",
                                   "speed-up vs serial"])
-    text = (f"\n## Cluster: a grid of 8 runs, serial vs Ray ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)\n\n"
+    text = (f"## Cluster: a grid of 8 runs, serial vs Ray ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)\n\n"
             f"commit {git_commit()[:12]}, {device_name()}, torch {torch.__version__} ({torch.get_num_threads()} threads "
             f"serially), ray {__import__('ray').__version__}. Starting the local cluster took {started:.1f} s (not "
             f"in the table). Results equal to the serial grid's bit for bit: {same}.\n\n"
             + table.to_markdown(index=False, floatfmt=".3g") + "\n")
     print(text)
-    with open(HERE / "RESULTS.md", "a") as fh:
-        fh.write(text)
+    results.write_section(text, "## Cluster")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@
     draws of one round of C clients, counted with a ``TorchDispatchMode``, against the per-tensor draw
     pattern the engine had before (8 ``randn`` for the noise + 2 × (full, bernoulli, div) for the
     dropout masks, per client and step).
-Writes the head of ``benchmarks/RESULTS.md`` with the machine's details, keeping its ``## `` sections (the
+Writes the head of ``benchmarks/RESULTS.md`` with the machine's details (``results.write_head``), keeping its sections (the
 peers' and cluster tables, rows measured apart). Run: ``make bench``.
 """
 from __future__ import annotations
@@ -28,7 +28,6 @@ import json
 import platform
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import torch
@@ -42,6 +41,7 @@ from dpfl.models import CIFAR_CNN, GEYER_MLP, MNIST_CNN
 from dpfl.opcount import OpCounter
 from dpfl.provenance import device_name, git_commit
 from peers import TorchMnistCNN          # benchmarks/: the same nn.Module as the peers' Opacus clients
+import results
 from timing import best
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -271,16 +271,7 @@ def main():
               f"(×{counts['rng_before'] / max(counts['rng_now'], 1):.0f} fewer draws, "
               f"×{counts['ops_before'] / counts['ops_now']:.2f} fewer operations).\n")
     print(text)
-    write_results(Path(__file__).with_name("RESULTS.md"), text)
-
-
-def write_results(path: Path, engine_section: str) -> None:
-    """Write ``engine_section`` as the head of ``path``, keeping every ``## `` section after the old head
-    (the peers' and cluster tables ``make bench`` appends next, and rows measured apart, e.g. on a GPU)."""
-    old = path.read_text() if path.exists() else ""
-    cut = old.find("\n## ")
-    kept = old[cut + 1:] if cut >= 0 else ""
-    path.write_text(engine_section.rstrip("\n") + "\n" + ("\n" + kept if kept else ""))
+    results.write_head(text)
 
 
 if __name__ == "__main__":

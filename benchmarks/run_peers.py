@@ -7,7 +7,8 @@ first use — skipped with a message when one cannot be installed (no package in
 client-level workload at m = 10, 50, 100 clients per round (dpfl evaluating as the peers do and at its
 default, pfl, Flower at its default of 2 CPUs per client and at 1) and the record-level workload at
 m = 10 (dpfl, Flower with Opacus clients), each setting twice in a fresh process, the faster median
-kept. Appends both tables, with the machine and versions, to ``benchmarks/RESULTS.md``.
+kept. Writes both tables, with the machine and versions, as the peers' section of ``benchmarks/RESULTS.md``
+(``results.write_section``: it replaces the previous one).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import results                            # benchmarks/
 import torch
 
 HERE = Path(__file__).resolve().parent
@@ -93,7 +95,7 @@ def main():
     client, record = _table("client-level", settings, data), _table("record-level", settings, data)
     versions = {name: subprocess.run([str(p), "-c", f"import importlib.metadata as m; print(m.version('{PEERS[name][1]}'))"],
                                      capture_output=True, text=True).stdout.strip() for name, p in pythons.items()}
-    text = ("\n\n## Peers: dpfl vs " + ", ".join(f"{k} {v}" for k, v in versions.items())
+    text = ("## Peers: dpfl vs " + ", ".join(f"{k} {v}" for k, v in versions.items())
             + f" ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})"
             + f"\n\n{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
             f"{torch.get_num_threads()} threads per process. \"dpfl speed-up\" is the row's s/round over dpfl's (> 1: dpfl "
@@ -109,8 +111,7 @@ def main():
             "images. Flower's clients run Opacus (a fresh Adam each round); dpfl's keep their Adam moments (Zheng's code).\n\n"
             + record.to_markdown(index=False, floatfmt=".3g") + "\n")
     print(text)
-    with open(HERE / "RESULTS.md", "a") as fh:
-        fh.write(text)
+    results.write_section(text, "## Peers")
 
 
 if __name__ == "__main__":

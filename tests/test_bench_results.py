@@ -1,30 +1,41 @@
-"""benchmarks/engine.py rewrites the head of benchmarks/RESULTS.md and keeps its ``## `` sections (the
-peers' and cluster tables that ``make bench`` appends after it, rows measured apart such as a GPU's)."""
+"""benchmarks/results.py: each of ``make bench``'s scripts rewrites its own part of benchmarks/RESULTS.md
+and keeps the others (the head is engine.py's, ``## Peers`` run_peers.py's, ``## Cluster`` cluster.py's;
+sections no script writes, such as rows measured on a GPU, are kept by all)."""
 from pathlib import Path
 
+import pytest
 from tests_support import benchmark_script
 
 ROOT = Path(__file__).resolve().parents[1]
+results = benchmark_script("results")
 
 
-def test_the_engine_section_is_replaced_and_every_later_section_kept(tmp_path):
-    write = benchmark_script("engine").write_results
+def _headings(path):
+    return [line for line in path.read_text().splitlines() if line.startswith("## ")]
+
+
+def test_each_writer_replaces_its_own_part_and_keeps_the_others(tmp_path):
     path = tmp_path / "RESULTS.md"
-    write(path, "# Engine benchmarks\n\nold table\n")
+    results.write_head("# Engine benchmarks\n\nold table\n", path)
     assert path.read_text() == "# Engine benchmarks\n\nold table\n"
-    with open(path, "a") as fh:                              # what run_peers.py and cluster.py append
-        fh.write("\n## Peers (2026-11-23)\n\npeers table\n\n## Cluster\n\nray table\n")
-    write(path, "# Engine benchmarks\n\nnew table\n\n")
-    text = path.read_text()
-    assert text == "# Engine benchmarks\n\nnew table\n\n## Peers (2026-11-23)\n\npeers table\n\n## Cluster\n\nray table\n"
-    assert "old table" not in text
+    path.write_text(path.read_text() + "\n## Measured apart\n\non a GPU\n")
+    for _ in range(2):                                       # make bench twice: no part repeats
+        results.write_head("# Engine benchmarks\n\nnew table\n\n", path)
+        results.write_section("## Peers: dpfl vs pfl (today)\n\npeers table\n", "## Peers", path)
+        results.write_section("## Cluster: a grid (today)\n\nray table\n", "## Cluster", path)
+    assert path.read_text() == ("# Engine benchmarks\n\nnew table\n\n## Measured apart\n\non a GPU\n\n"
+                                "## Peers: dpfl vs pfl (today)\n\npeers table\n\n## Cluster: a grid (today)\n\nray table\n")
+    results.write_section("## Peers: dpfl vs pfl, flower (later)\n\nnewer\n", "## Peers", path)
+    assert _headings(path) == ["## Measured apart", "## Cluster: a grid (today)", "## Peers: dpfl vs pfl, flower (later)"]
+    assert "peers table" not in path.read_text()
+    with pytest.raises(ValueError, match="owner"):
+        results.write_section("## Cluster: x\n", "## Peers", path)
 
 
-def test_the_committed_results_keep_their_sections_through_a_rewrite(tmp_path):
-    committed = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+def test_the_committed_results_keep_their_sections_through_a_new_head(tmp_path):
     path = tmp_path / "RESULTS.md"
-    path.write_text(committed)
-    benchmark_script("engine").write_results(path, "# Engine benchmarks\n\nfresh\n")
-    headings = [line for line in committed.splitlines() if line.startswith("## ")]
-    assert headings and [line for line in path.read_text().splitlines() if line.startswith("## ")] == headings
+    path.write_text((ROOT / "benchmarks" / "RESULTS.md").read_text())
+    before = _headings(path)
+    results.write_head("# Engine benchmarks\n\nfresh\n", path)
+    assert before and _headings(path) == before
     assert "on an NVIDIA H200" in path.read_text()           # the GPU's row (f), measured apart
