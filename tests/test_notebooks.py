@@ -227,3 +227,53 @@ def test_committed_figures_regenerate_from_the_committed_caches(paper, tmp_path,
                            data_dir=data_dir, log=lambda *_: None)
     tables = [pd.read_csv(d / "comparisons.csv", dtype=str) for d in (committed, tmp_path / paper)]
     assert _same(*tables) == []
+
+
+def _synthetic_cell(config, R: int, target: float, reached: float = 0.002) -> pd.DataFrame:
+    """Metrics of a test-only stand-in for a cell at the paper's setting: the stored accuracy climbs
+    linearly and reaches ``target`` exactly at round R."""
+    rounds = np.arange(1, R + 1)
+    acc = target * rounds / R + reached * (rounds == R)
+    return pd.DataFrame({"round": rounds, "acc_stored_local": acc, "acc_global": acc - 0.05, "loss_global": 2 - acc,
+                         "acc_local_all": acc, "mu_max_clt": [config.mu(int(t)) if config.sigma else np.inf for t in rounds]})
+
+
+@pytest.mark.notebook
+def test_zheng_notebook_reads_table_2_and_3_cells_at_the_papers_setting(tmp_path):
+    """No Table 2 or 3 cell has been computed at the paper's setting yet: this runs the notebook's path for
+    them on test-only stand-ins in a copy of the cache (Table 2's three B = 8 cells, R = 1.39 × our B = 16
+    cell's, so that §4's ratios are the paper's; one CIFAR-10 cell and its twin), so that it works before the
+    first real one lands: their rows leave the pending list, Table 2's ratios are compared, and the CIFAR-10
+    rows on the JPEG copy are "reduced"."""
+    from dpfl.experiments import zheng2021 as zx
+    from dpfl.runs import Cache, Result
+
+    data_dir = shared_root()
+    cache = Cache(tmp_path / "zheng2021" / "cache")
+    shutil.copytree(ROOT / "figures" / "zheng2021" / "cache", cache.root, ignore=shutil.ignore_patterns("checkpoints"))
+    common = dict(data_dir=str(data_dir))
+    table1 = zx.cached_cells(cache, "1", **common)
+    synthetic = {"device": "test (synthetic stand-in)"}
+    for cell in zx.cells("2", **common):
+        R = round(1.39 * zx.first_round(table1[(cell.p, cell.sigma)][1], 0.9))
+        cache.store(Result(cell, _synthetic_cell(cell, R, 0.9), synthetic))
+    cifar = next(c for c in zx.cells("3", **common) if (c.p, c.sigma) == (1.0, 0.5))
+    cache.store(Result(cifar, _synthetic_cell(cifar, 210, 0.52), synthetic))
+    twin = zx.twin(cifar, 210)
+    cache.store(Result(twin, _synthetic_cell(twin, 210, 0.60), synthetic))
+    reproduce.run_notebook("zheng2021", profile="smoke", notebooks_dir=ROOT / "notebooks", figures_dir=tmp_path,
+                           data_dir=data_dir, log=lambda *_: None)
+    out = tmp_path / "zheng2021"
+    table = pd.read_csv(out / "comparisons.csv")
+    rows = lambda prefix: table[table.quantity.str.startswith(prefix)]
+    for prefix in ("Table 2 R at 90 %, p=0.5 σ=", "Table 2 μ_max at our R, p=0.5 σ=", "Table 2 mean "):
+        assert len(rows(prefix)) == 3 and (rows(prefix).verdict == "match").all(), rows(prefix).to_string()
+        assert (rows(prefix).kind == "reproduced").all()
+    assert not len(table[(table.verdict == "pending") & table.source.str.contains("Table 2")])
+    cifar_rows = table[table.quantity.str.match(r"Table 3 (R at|top-1 at R|non-private top-1 at R)")]
+    assert len(cifar_rows) == 3 and (cifar_rows.kind == "reduced").all() and (cifar_rows.verdict == "match").all()
+    assert cifar_rows.quantity.str.contains("JPEG copy").all(), cifar_rows.quantity.tolist()
+    assert len(rows("Table 3 cifar10").query("verdict == 'pending'")) == 5
+    t2 = pd.read_csv(out / "table2_batch_size_paper_cells.csv")
+    assert sorted(t2["R paper (to 90%)"]) == [191, 229, 266] and (t2["computed on"] == synthetic["device"]).all()
+    assert list(out.glob("table2_paper_cells_curves.png")) and list(out.glob("table3_paper_cells_curves*.png"))

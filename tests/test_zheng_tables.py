@@ -72,13 +72,42 @@ def test_pending_rows_leave_out_the_cells_computed_at_the_papers_setting():
     assert every[9]["quantity"] == "Table 2 mnist p=0.5 σ=1 B=8: R to 90 %"             # Table 2 prints no accuracies
     assert every[12]["quantity"].startswith("Table 3 cifar10 p=1 σ=1 B=16: R to 52 %")
     reached = _metrics([0.5, 0.8, 0.91])
-    with_twin = zt.pending_rows(published(), {(1.0, 0.75): (run, reached, twin)}, needs)
+    with_twin = zt.pending_rows(published(), {"1": {(1.0, 0.75): (run, reached, twin)}}, needs)
     assert [r for r in every if r not in with_twin] == [every[2]] and len(with_twin) == 20
-    without_twin = zt.pending_rows(published(), {(1.0, 0.75): (run, reached, None)}, needs)
+    without_twin = zt.pending_rows(published(), {"1": {(1.0, 0.75): (run, reached, None)}}, needs)
     assert len(without_twin) == 21 and without_twin[2]["quantity"] == "Table 1 mnist p=1 σ=0.75 B=16: non-private accuracy at R"
     assert without_twin[2]["reference"] == "98.55 %" and "twin" in without_twin[2]["needs"]
-    never = zt.pending_rows(published(), {(1.0, 0.75): (run, _metrics([0.5, 0.6, 0.7]), None)}, needs)
+    never = zt.pending_rows(published(), {"1": {(1.0, 0.75): (run, _metrics([0.5, 0.6, 0.7]), None)}}, needs)
     assert len(never) == 20          # a failed claim in its own comparisons, and no twin runs for it
+    # a Table 2 cell has no twin to wait for (the paper prints none); the ratios go once computed
+    b8 = {"2": {(0.5, 0.75): (ZhengRun("mnist", 0.5, 0.75, 8, 3), reached, None)}}
+    table2 = zt.pending_rows(published(), b8, needs)
+    assert [r for r in every if r not in table2] == [every[11]] and len(table2) == 20
+    assert len(zt.pending_rows(published(), b8, needs, ratios_done=True)) == 17
+    assert zt.pending_rows(published(), {"1": {(0.5, 0.75): (run, reached, twin)}}, needs) != table2   # keyed by table
+
+
+def test_table_2_cells_at_the_papers_setting_give_R_mu_and_the_ratios():
+    """Table 2's B = 8 cells read like Table 1's (R and μ_max at R; the paper prints no accuracies), and
+    §4's ratios come from each B = 8 cell and Table 1's B = 16 cell at the same (p, σ)."""
+    c8 = {s: ZhengRun("mnist", 0.5, s, 8, 4) for s in (1.0, 0.9, 0.75)}
+    c16 = {s: ZhengRun("mnist", 0.5, s, 16, 4) for s in (1.0, 0.9, 0.75)}
+    b8 = {(0.5, s): (c8[s], _metrics([0.5, 0.6, 0.7, 0.95]), None) for s in c8}
+    b16 = {(0.5, s): (c16[s], _metrics([0.5, 0.95]), _metrics([0.9, 0.99])) for s in (1.0, 0.75)}
+    kinds = zt.rounds_comparisons({k: v[:2] for k, v in b8.items()}, published(), "2")
+    assert [k for k, _ in kinds] == ["compare"] * 6                     # R and μ_max per cell, no accuracy
+    assert kinds[0][1] == dict(quantity="Table 2 R at 90 %, p=0.5 σ=1", ours=4, reference=266, rel=0.2, source="Table 2")
+    assert kinds[1][1]["ours"] == pytest.approx(c8[1.0].mu(4)) and kinds[1][1]["reference"] == 3.24
+    row = zt.rounds_table({k: v[:2] for k, v in b8.items()}, published(), "2", 0.9).iloc[2]
+    assert (row["σ"], row["R ours (to 90%)"], row["R paper (to 90%)"]) == (0.75, 4, 191) and np.isnan(row["acc paper %"])
+    pairs = zt.batch_size_pairs(b8, b16)                                 # σ = 0.9 has no B = 16 partner yet
+    assert list(pairs) == [(1.0, 8), (1.0, 16), (0.75, 8), (0.75, 16)]
+    ratios = zt.batch_size_ratios(pairs, 0.9)
+    assert ratios["iterations ratio"].tolist() == pytest.approx([76 * 4 / (38 * 2)] * 2)
+    rows = zt.ratio_comparisons(ratios)
+    assert [r["quantity"] for r in rows] == [f"Table 2 mean {c} (B=8 / B=16)" for c in zt.TABLE2_RATIOS]
+    assert rows[1]["ours"] == pytest.approx(4.0) and rows[1]["reference"] == 2.78 and rows[1]["rel"] == 0.2
+    assert rows[0]["note"] == "mean over σ = 1, 0.75"
 
 
 def test_plot_paper_cells_draws_one_panel_per_p_one_colour_per_sigma_and_the_papers_R():

@@ -15,7 +15,7 @@ from dpfl.experiments.zheng2021 import TARGETS, first_round
 
 __all__ = ["TABLE2_RATIOS", "C_HALF_G1", "at_round", "mu_max", "mu_max_table", "rounds_table", "rounds_comparisons",
            "pending_rows",
-           "batch_size_table", "batch_size_ratios", "loss_gaps", "personalization_gaps", "metric_table",
+           "batch_size_table", "batch_size_pairs", "batch_size_ratios", "ratio_comparisons", "loss_gaps", "personalization_gaps", "metric_table",
            "exact_bracket", "tightness_row"]
 
 #: §4's text on Table 2 (p = 0.5): B = 8 over B = 16 at the 90 % target (docs/zheng2021.md §3)
@@ -24,9 +24,10 @@ TABLE2_RATIOS = {"μ ratio": 0.83, "iterations ratio": 2.78, "examples ratio": 1
 #: C_{0.5}(G_1) at α = 0, 0.1, …, 1 (Fig. E.1; the verified values of docs/zheng2021.md §1)
 C_HALF_G1 = (1, .7554, .6185, .5086, .4085, .3085, .2157, .1371, .0736, .0262, 0)
 
-#: per table: the accuracy its R is counted to (Table 1: MNIST 90 %; Table 3: CIFAR-10 52 %) and the
-#: names of its accuracy, twin-accuracy, μ and best-accuracy columns
+#: per table: the accuracy its R is counted to (Tables 1 and 2: MNIST 90 %; Table 3: CIFAR-10 52 %) and the
+#: names of its accuracy, twin-accuracy, μ and best-accuracy columns (Table 2 prints no accuracies)
 _TABLE = {"1": (0.90, "acc", "non-private acc", "μ_max ours at our R (GDP CLT, approx.)", "best acc ours % (rounds run)"),
+          "2": (0.90, "acc", "non-private acc", "μ_max ours at our R (GDP CLT, approx.)", "best acc ours % (rounds run)"),
           "3": (0.52, "top-1", "non-private", "μ_max ours (GDP CLT, approx.)", "best ours % (rounds)")}
 
 
@@ -49,12 +50,13 @@ def mu_max_table(published: pd.DataFrame) -> pd.DataFrame:
 
 
 def _twin(runs: dict, twins: dict | None, p: float, s: float) -> pd.DataFrame | None:
-    return runs[(p, None)][1] if twins is None else twins.get((p, s))
+    """The non-private twin's metrics of cell (p, σ), or None where there is none (Table 2's cells)."""
+    return runs.get((p, None), (None, None))[1] if twins is None else twins.get((p, s))
 
 
 def rounds_table(runs: dict, published: pd.DataFrame, table: str, target: float, data: str | None = None,
                  twins: dict | None = None, devices: dict | None = None) -> pd.DataFrame:
-    """Table 1 (MNIST) or Table 3 (CIFAR-10): per (p, σ), the first round R whose stored accuracy
+    """Table 1 or 2 (MNIST; Table 2's B = 8 cells) or Table 3 (CIFAR-10): per (p, σ), the first round R whose stored accuracy
     reaches ``target``, μ_max at R, the accuracy at R and the non-private twin's at the same R, each
     next to the paper's. ``runs``: {(p, σ): (ZhengRun, metrics)} with σ = None the twin of each p,
     unless ``twins`` gives each cell's: {(p, σ): metrics or None} (e.g. ``zheng2021.cached_cells``).
@@ -84,10 +86,10 @@ def rounds_table(runs: dict, published: pd.DataFrame, table: str, target: float,
 
 def rounds_comparisons(runs: dict, published: pd.DataFrame, table: str, data: str = "", twins: dict | None = None) -> list:
     """At the paper's scale, Table ``table``'s cells as comparisons: (kind of record, keyword arguments
-    for ``Notebook.compare`` or ``Notebook.claim``) — R within ±20 %, μ at R (Table 1), accuracy and
-    the twin's accuracy within 2 pp (when the twin is there); a cell that never reaches the target is a
-    failed claim. ``twins`` as in :func:`rounds_table`."""
-    goal, what = _TABLE[table][0], ("accuracy" if table == "1" else "top-1")
+    for ``Notebook.compare`` or ``Notebook.claim``) — R within ±20 %, μ at R (Tables 1, 2), accuracy and
+    the twin's accuracy within 2 pp (where the paper prints them and the twin is there); a cell that never
+    reaches the target is a failed claim. ``twins`` as in :func:`rounds_table`."""
+    goal, what = _TABLE[table][0], ("top-1" if table == "3" else "accuracy")
     tag, source = (f" ({data})" if data else ""), f"Table {table}"
     out = []
     for (p, s), (config, metrics) in runs.items():
@@ -102,9 +104,11 @@ def rounds_comparisons(runs: dict, published: pd.DataFrame, table: str, data: st
             continue
         twin = _twin(runs, twins, p, s)
         out.append(("compare", dict(quantity=f"{source} R at {100 * goal:.0f} %{tag}, {cell}", ours=R, reference=ref.R, rel=0.2)))
-        if table == "1":
+        if table in ("1", "2"):
             out.append(("compare", dict(quantity=f"{source} μ_max at our R, {cell}", ours=config.mu(R), reference=ref.mu,
                                         rel=0.2, note="consistent with R within ±20 % (μ ∝ √R)")))
+        if np.isnan(ref.acc):                                        # Table 2 prints R and μ alone
+            continue
         out.append(("compare", dict(quantity=f"{source} {what} at R (%){tag}, {cell}", ours=100 * at_round(metrics, R),
                                     reference=ref.acc, abs=2)))
         if twin is not None:
@@ -115,18 +119,19 @@ def rounds_comparisons(runs: dict, published: pd.DataFrame, table: str, data: st
     return out
 
 
-def pending_rows(published: pd.DataFrame, done: dict, needs: str) -> list[dict]:
+def pending_rows(published: pd.DataFrame, done: dict, needs: str, ratios_done: bool = False) -> list[dict]:
     """Every published number a run below the paper's scale leaves to it, as keyword arguments of
-    ``Notebook.pending``: each cell's R and accuracies, and Table 2's three ratios. A Table 1 cell
-    computed at the paper's setting (``done``: ``zheng2021.cached_cells``'s {(p, σ): (config,
-    metrics, twin's metrics or None)}) has its own comparisons (:func:`rounds_comparisons`) and is
-    left out, save its non-private accuracy while the twin is missing."""
+    ``Notebook.pending``: each cell's R and accuracies, and (unless ``ratios_done``) Table 2's three
+    ratios. A cell computed at the paper's setting (``done``: {table: ``zheng2021.cached_cells``'s
+    {(p, σ): (config, metrics, twin's metrics or None)}}) has its own comparisons
+    (:func:`rounds_comparisons`) and is left out, save its non-private accuracy while the twin is missing
+    (Tables 1 and 3; Table 2 prints none)."""
     rows = []
     for r in published.itertuples():
         cell, goal = f"Table {r.table} {r.dataset} p={r.p:g} σ={r.sigma:g} B={r.B}", TARGETS[r.table]
-        hit = done.get((r.p, r.sigma)) if r.table == "1" else None
+        hit = done.get(r.table, {}).get((r.p, r.sigma))
         if hit is not None:
-            if hit[2] is None and first_round(hit[1], goal) is not None:
+            if hit[2] is None and not np.isnan(r.nonprivate_acc) and first_round(hit[1], goal) is not None:
                 rows.append(dict(quantity=f"{cell}: non-private accuracy at R", reference=f"{r.nonprivate_acc:.2f} %",
                                  needs="the cell's non-private twin (python -m dpfl.experiments.zheng2021 --profile cells)",
                                  source=f"Table {r.table}"))
@@ -134,6 +139,8 @@ def pending_rows(published: pd.DataFrame, done: dict, needs: str) -> list[dict]:
         accs = "" if np.isnan(r.acc) else f"; accuracy {r.acc:.2f} %, non-private {r.nonprivate_acc:.2f} %"
         rows.append(dict(quantity=f"{cell}: R to {100 * goal:.0f} %" + (" and accuracies at R" if accs else ""),
                          reference=f"R = {r.R}{accs}", needs=needs, source=f"Table {r.table}"))
+    if ratios_done:
+        return rows
     return rows + [dict(quantity=f"Table 2 mean {col} (B=8 / B=16)", reference=ref, needs=needs, source="§4, Table 2")
                    for col, ref in TABLE2_RATIOS.items()]
 
@@ -168,6 +175,26 @@ def batch_size_ratios(pairs: dict, target: float) -> pd.DataFrame:
             rows.append({"σ": s, "μ ratio": c8.mu(R8) / c16.mu(R16), "iterations ratio": c8.steps * R8 / (c16.steps * R16),
                          "examples ratio": 8 * c8.steps * R8 / (16 * c16.steps * R16)})
     return pd.DataFrame(rows)
+
+
+def batch_size_pairs(b8: dict, b16: dict) -> dict:
+    """Table 2's pairs from the cells computed at the paper's setting: {(σ, B): (config, metrics)} for
+    every σ with a B = 8 cell in ``b8`` (``cached_cells(cache, "2")``) and its B = 16 partner at the same
+    p in ``b16`` (``cached_cells(cache, "1")``), for :func:`batch_size_ratios`."""
+    pairs = {}
+    for (p, s), (c8, m8, _) in sorted(b8.items(), reverse=True):
+        if (p, s) in b16:
+            c16, m16, _ = b16[(p, s)]
+            pairs[(s, 8)], pairs[(s, 16)] = (c8, m8), (c16, m16)
+    return pairs
+
+
+def ratio_comparisons(ratios: pd.DataFrame) -> list[dict]:
+    """§4's three Table 2 ratios (:data:`TABLE2_RATIOS`: means over σ of B = 8 / B = 16) as keyword
+    arguments of ``Notebook.compare``, within ±20 %, from :func:`batch_size_ratios`' rows."""
+    return [dict(quantity=f"Table 2 mean {col} (B=8 / B=16)", ours=float(ratios[col].mean()), reference=ref, rel=0.2,
+                 source="§4, Table 2", note=f"mean over σ = {', '.join(f'{s:g}' for s in ratios['σ'])}")
+            for col, ref in TABLE2_RATIOS.items()]
 
 
 def loss_gaps(pairs: dict) -> dict:
