@@ -101,10 +101,10 @@ ROUTE_NAMES = {"unfold": "unfolded convolutions", "grouped": "grouped convolutio
                "matmul": "convolutions as matrix products"}
 
 
-def route_times(clients, steps=2, batch=16, model=MNIST_CNN) -> dict:
-    """Seconds per round of ``local_train`` by each per-sample route: {route: seconds} for ``CONV_ROUTES``."""
+def route_times(clients, steps=2, batch=16, model=MNIST_CNN, routes=CONV_ROUTES) -> dict:
+    """Seconds per round of ``local_train`` by each per-sample route: {route: seconds} for ``routes``."""
     timer, _, _ = _round_timer(clients, steps, batch, model)
-    return {r: timer(LocalConfig(dp=True, noise_multiplier=2.0, per_sample=r)) for r in CONV_ROUTES}
+    return {r: timer(LocalConfig(dp=True, noise_multiplier=2.0, per_sample=r)) for r in routes}
 
 
 def round_ratio(clients, steps=2, batch=16):

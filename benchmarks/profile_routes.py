@@ -1,6 +1,7 @@
 """Where a DP-SGD round's time goes with each per-sample route: ``torch.profiler`` over row (f)'s workload
 (one ``local_train`` round of 100 clients, 2 DP steps of B = 16) for MnistCNN and the CIFAR-10 CNN, by each
-per-sample route (``dpfl.federated.local.CONV_ROUTES``: "ghost", the default; "unfold"; "grouped"), under the kernels the runs use
+per-sample route (``dpfl.federated.local.CONV_ROUTES``: "ghost", the default; "unfold"; "grouped"; "matmul"), under the
+kernels the runs use
 (``dpfl.device.configure``: deterministic cuDNN, no TF32).
 
     PYTHONPATH=lib python3 benchmarks/profile_routes.py [--clients 100] [--out DIR]
@@ -63,7 +64,10 @@ def main(argv=None) -> int:
     for model in (MNIST_CNN, CIFAR_CNN):
         for route in CONV_ROUTES:
             case = f"{model.name} {route}"
-            summaries[case], table = profile_round(model, route, args.clients)
+            try:
+                summaries[case], table = profile_round(model, route, args.clients)
+            except Exception as exc:                 # a route that fails on this device: the others still count
+                summaries[case], table = {"error": repr(exc)}, f"failed: {exc!r}"
             print(case, summaries[case], file=sys.stderr, flush=True)
             text.append(f"## {case}: {summaries[case]}\n\n{table}\n")
     (out / "profile_routes.txt").write_text("\n".join(text))

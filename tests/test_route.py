@@ -46,3 +46,23 @@ def test_profile_routes_writes_each_cases_costliest_operations(tmp_path):
     assert report["clients"] == 2 and all(report[c]["aten_ops"] > 0 and report[c]["self_cpu_s"] > 0 for c in cases)
     text = (tmp_path / "profile_routes.txt").read_text()
     assert all(f"## {c}:" in text for c in cases) and "aten::convolution" in text
+
+
+def test_a_route_that_fails_on_the_device_is_left_out(tmp_path, monkeypatch, capsys):
+    """On a GPU a new route may fail (a kernel without support, memory): route.py then chooses among the
+    others and says so, rather than losing every measurement; the default failing is fatal."""
+    route = benchmark_script("route")
+
+    def flaky(clients, model, routes):
+        if routes == ("matmul",):
+            raise RuntimeError("no kernel for this")
+        return {r: (0.5 if r == "grouped" else 1.0) for r in routes}
+
+    monkeypatch.setattr(route, "route_times", flaky)
+    assert route.main(["--clients", "2", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "route.json").read_text())
+    assert report["mnist"]["failed"] == {"matmul": "RuntimeError('no kernel for this')"} and "matmul_s" not in report["mnist"]
+    assert report["mnist"]["route"] == "grouped" and capsys.readouterr().out.strip() == "grouped"
+    monkeypatch.setattr(route, "route_times", lambda clients, model, routes: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        route.main(["--clients", "2"])
