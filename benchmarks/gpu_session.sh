@@ -5,7 +5,8 @@
 # by the timeout still names each test that finished); TOTAL_SECONDS: the
 # call's whole budget, the cells get what the tests leave; ROUTE: --per-sample for the cells, "ghost"
 # (default), "unfold", "grouped", "matmul" or "auto" (benchmarks/route.py measures the four, ≈ 20 s, and picks CIFAR-10's
-# route when ONLY names cifar10, MNIST's otherwise; a later call on the warm machine reuses it); ONLY: --only for the cells.
+# route when ONLY names cifar10, MNIST's otherwise, at the clients a round of ONLY's p holds; a later call on the warm
+# machine reuses it); ONLY: --only for the cells.
 # Finished runs are also kept in /tmp/keep and checkpoints in /tmp/ckpt, so that a next call on the same
 # warm machine goes on from them. First used on 2026-11-26 (benchmarks/gpu/2026-11-26/README.md).
 # DPFL_GPU_PROFILE=1: profile every per-sample route after the tests (profile_routes.txt / .json come back).
@@ -31,10 +32,11 @@ if [ -n "$DPFL_GPU_PROFILE" ]; then    # where a round's time goes with each rou
   echo "profile rc=$? after $((SECONDS - T0)) s" >> $OUT/cuda-tests.log
 fi
 case "$ONLY" in *cifar10*) FOR=cifar10 ;; *) FOR=mnist ;; esac
+case "$ONLY" in *p=0.25*) CLIENTS=25 ;; *p=0.5*) CLIENTS=50 ;; *) CLIENTS=100 ;; esac   # a round's expected clients
 if [ "$ROUTE" = auto ] && [ -s /tmp/route-$FOR ]; then     # measured by an earlier call on this warm machine
   ROUTE=$(cat /tmp/route-$FOR); echo "route $ROUTE (measured by an earlier call)" >> $OUT/zheng.log
 elif [ "$ROUTE" = auto ]; then
-  ROUTE=$(python3 benchmarks/route.py --for $FOR --out $OUT 2>> $OUT/zheng.log | tail -1)
+  ROUTE=$(python3 benchmarks/route.py --for $FOR --clients $CLIENTS --out $OUT 2>> $OUT/zheng.log | tail -1)
   case "$ROUTE" in ghost|unfold|grouped|matmul) echo "$ROUTE" > /tmp/route-$FOR ;;
     *) echo "route.py failed: the default route" >> $OUT/zheng.log; ROUTE=ghost ;; esac
   echo "route $ROUTE after $((SECONDS - T0)) s" >> $OUT/zheng.log
