@@ -28,9 +28,9 @@ from dpfl.models import CIFAR_CNN, MNIST_CNN
 from dpfl.provenance import device_name
 
 
-def profile_round(model, route: str, clients: int, steps: int = 2, batch: int = 16):
-    """(summary dict, table text) of one profiled ``local_train`` round after a warm-up round."""
-    train, _, _ = one_round(clients, steps, batch, model)
+def profile_round(train, route: str):
+    """(summary dict, table text) of one profiled round ``train`` (:func:`engine.one_round`) by ``route``,
+    after a warm-up round."""
     cfg = LocalConfig(dp=True, noise_multiplier=2.0, per_sample=route)
     run = lambda: train(cfg)
     cuda = DEVICE == "cuda"
@@ -62,10 +62,11 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     summaries, text = {"device": device_name(DEVICE), "clients": args.clients}, []
     for model in (MNIST_CNN, CIFAR_CNN):
+        train, _, _ = one_round(args.clients, 2, 16, model)      # 2 DP steps of B = 16, as row (f)
         for route in CONV_ROUTES:
             case = f"{model.name} {route}"
             try:
-                summaries[case], table = profile_round(model, route, args.clients)
+                summaries[case], table = profile_round(train, route)
             except Exception as exc:                 # a route that fails on this device: the others still count
                 summaries[case], table = {"error": repr(exc)}, f"failed: {exc!r}"
             print(case, summaries[case], file=sys.stderr, flush=True)

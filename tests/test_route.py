@@ -53,16 +53,25 @@ def test_a_route_that_fails_on_the_device_is_left_out(tmp_path, monkeypatch, cap
     others and says so, rather than losing every measurement; the default failing is fatal."""
     route = benchmark_script("route")
 
-    def flaky(clients, model, routes):
-        if routes == ("matmul",):
-            raise RuntimeError("no kernel for this")
-        return {r: (0.5 if r == "grouped" else 1.0) for r in routes}
+    engine = benchmark_script("engine")
+    real = engine.LocalConfig
 
-    monkeypatch.setattr(route, "route_times", flaky)
+    def flaky(**kw):                                 # the matmul route has no kernel on this "device"
+        if kw.get("per_sample") == "matmul":
+            raise RuntimeError("no kernel for this")
+        return real(**kw)
+
+    monkeypatch.setattr(engine, "LocalConfig", flaky)
+    monkeypatch.setattr(route, "route_times", engine.route_times)
     assert route.main(["--clients", "2", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "route.json").read_text())
-    assert report["mnist"]["failed"] == {"matmul": "RuntimeError('no kernel for this')"} and "matmul_s" not in report["mnist"]
-    assert report["mnist"]["route"] == "grouped" and capsys.readouterr().out.strip() == "grouped"
-    monkeypatch.setattr(route, "route_times", lambda clients, model, routes: 1 / 0)
-    with pytest.raises(ZeroDivisionError):
+    for name in ("mnist", "cifar10"):
+        assert report[name]["failed"] == {"matmul": "RuntimeError('no kernel for this')"}
+        assert "matmul_s" not in report[name] and {"ghost_s", "unfold_s", "grouped_s"} <= set(report[name])
+        assert report[name]["route"] == route.choose({r: report[name][f"{r}_s"] for r in ("ghost", "unfold", "grouped")})
+    assert "route matmul failed" in capsys.readouterr().err
+    with pytest.raises(RuntimeError):
+        engine.route_times(2, routes=("ghost", "matmul"))          # without ``failed``, a failure raises
+    monkeypatch.setattr(engine, "LocalConfig", lambda **kw: 1 / 0)
+    with pytest.raises(ZeroDivisionError):                      # the default failing is fatal
         route.main(["--clients", "2"])
