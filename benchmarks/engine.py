@@ -101,15 +101,17 @@ ROUTE_NAMES = {"unfold": "unfolded convolutions", "grouped": "grouped convolutio
                "matmul": "convolutions as matrix products"}
 
 
-def route_times(clients, steps=2, batch=16, model=MNIST_CNN, routes=CONV_ROUTES, failed: dict | None = None) -> dict:
+def route_times(clients, steps=2, batch=16, model=MNIST_CNN, routes=CONV_ROUTES, failed: dict | None = None,
+                dp: bool = True) -> dict:
     """Seconds per round of ``local_train`` by each per-sample route: {route: seconds} for ``routes``, on one
-    workload built once. With a dict ``failed``, a route other than the default that raises (a kernel this
+    workload built once; DP-SGD's, or with ``dp=False`` non-private training's (where only "matmul" differs
+    from the default). With a dict ``failed``, a route other than the default that raises (a kernel this
     device lacks, memory) is left out and its error recorded there as {route: repr}; without one, it raises."""
     timer, _, _ = _round_timer(clients, steps, batch, model)
     seconds = {}
     for r in routes:
         try:
-            seconds[r] = timer(LocalConfig(dp=True, noise_multiplier=2.0, per_sample=r))
+            seconds[r] = timer(LocalConfig(dp=dp, noise_multiplier=2.0 if dp else 0.0, per_sample=r))
         except Exception as exc:
             if failed is None or r == "ghost":
                 raise
@@ -246,6 +248,9 @@ def main():
     for route, how in ROUTE_NAMES.items():
         rows.append((f"(f) local_train with ghost clipping / with {how} too, 100 clients, MnistCNN, "
                      "2 DP steps of B=16", t[route], t["ghost"], t["ghost"] / t[route], "> 1 on a GPU: make it the GPU's route"))
+    t = route_times(100, routes=("ghost", "matmul"), dp=False)
+    rows.append(("(f) non-private local_train, convolutions / as matrix products, 100 clients, MnistCNN, 2 steps "
+                 "of B=16 (the twins)", t["matmul"], t["ghost"], t["ghost"] / t["matmul"], "> 1 on a GPU: the twins' route"))
     for clients in (50, 220):
         ours, theirs = geyer_round_ratio(clients)
         rows.append((f"(e) plain per-client PyTorch loop / ours, one client-level DP round of Geyer's MLP, {clients} "

@@ -8,7 +8,10 @@ computed as matrix products (docs/per-sample-gradients.md §2).
 
 Prints the route for the dataset named by ``--for`` (MNIST by default): the fastest route where it is at
 least 10 % faster than the default, else "ghost" (every route computes the same run up to round-off:
-``ZhengRun.per_sample``). A GPU session passes it on as ``--per-sample``.
+``ZhengRun.per_sample``). A GPU session passes it on as ``--per-sample``. route.json also times a
+non-private round (the non-private twins) by the default and by "matmul", the one route that changes it
+(``LocalConfig.per_sample``), under "plain": a twin runs by matmul only when ``--per-sample`` says matmul,
+so where "plain" chooses matmul and the DP route is another, run the twins in a call of their own.
 """
 from __future__ import annotations
 
@@ -47,11 +50,16 @@ def main(argv=None) -> int:
         seconds = route_times(args.clients, model=model, failed=failed)
         for r, error in failed.items():
             print(f"{name}: route {r} failed: {error}", file=sys.stderr)
+        plain_failed = {}                            # the twins: non-private rounds, where only matmul differs
+        plain = route_times(args.clients, model=model, routes=("ghost", "matmul"), failed=plain_failed, dp=False)
         rows[name] = {**{f"{r}_s": round(t, 4) for r, t in seconds.items()},
                       **{f"speedup_{r}": round(seconds["ghost"] / t, 3) for r, t in seconds.items() if r != "ghost"},
-                      **({"failed": failed} if failed else {}), "route": choose(seconds)}
+                      **({"failed": failed} if failed else {}), "route": choose(seconds),
+                      "plain": {**{f"{r}_s": round(t, 4) for r, t in plain.items()},
+                                **({"failed": plain_failed} if plain_failed else {}), "route": choose(plain)}}
         print(f"{name}: " + ", ".join(f"{r} {t:.3f} s" for r, t in seconds.items())
-              + f" per round of {args.clients} clients: {rows[name]['route']}", file=sys.stderr)
+              + f" per DP round of {args.clients} clients: {rows[name]['route']}; non-private: "
+              + ", ".join(f"{r} {t:.3f} s" for r, t in plain.items()) + f": {rows[name]['plain']['route']}", file=sys.stderr)
     if args.out:
         Path(args.out, "route.json").write_text(json.dumps({"device": device_name(DEVICE), "clients": args.clients,
                                                             **rows}, indent=1) + "\n")

@@ -60,8 +60,9 @@ def _reference(model, cfg, params, x, y, generator):
     LocalConfig(optimizer="adam", lr=1e-3, dp=True, clip=0.1, noise_multiplier=1.5, per_sample="unfold"),
     LocalConfig(optimizer="adam", lr=1e-3, dp=True, clip=0.1, noise_multiplier=1.5, per_sample="grouped"),
     LocalConfig(optimizer="adam", lr=1e-3, dp=True, clip=0.1, noise_multiplier=1.5, per_sample="matmul"),
+    LocalConfig(optimizer="adam", lr=1e-3, weight_decay=5e-4, per_sample="matmul"),
 ], ids=["sgd", "adam-wd", "adam-dpsgd", "sgd-dpsgd-tightclip", "sgd-dpsgd-full-per-sample", "adam-dpsgd-unfolded-convs",
-        "adam-dpsgd-grouped-convs", "adam-dpsgd-matmul-convs"])
+        "adam-dpsgd-grouped-convs", "adam-dpsgd-matmul-convs", "adam-wd-matmul-convs"])
 def test_vectorised_local_training_equals_the_loop_reference(model_name, cfg):
     """In float64, so that the comparison tests the algorithm (Adam's normalisation turns float32
     round-off in near-zero gradients into ~1e-5 differences); on ``DPFL_TEST_DEVICE`` (CPU in CI)."""
@@ -266,6 +267,27 @@ def test_one_noise_draw_and_one_mask_draw_per_client_and_step(model, per_step):
     with OpCounter() as count:
         local_train(model, cfg, params, init_state(params, cfg), x, y, client_generators(0, 1, range(m)), chunk=m)
     assert count.draws == per_step * m * steps
+
+
+@pytest.mark.parametrize("model", [MNIST_CNN, CIFAR_CNN])
+@pytest.mark.parametrize("dp", [False, True])
+def test_the_matmul_route_runs_no_convolution(model, dp):
+    """``per_sample="matmul"`` (the GPU's candidate for cuDNN's one-kernel-per-client convolutions)
+    computes every convolution of a step, forward and backward, private or not, as matrix products:
+    no ATen convolution is left, where the default route runs them."""
+    from dpfl.opcount import OpCounter
+
+    m = 2
+    params = {k: v.unsqueeze(0).repeat(m, *[1] * v.ndim) for k, v in model.init(torch.Generator().manual_seed(0)).items()}
+    x = torch.randn(m, 1, 3, *model.input_shape)
+    y = torch.randint(0, 10, (m, 1, 3))
+    convolutions = {}
+    for route in ("ghost", "matmul"):
+        cfg = LocalConfig(dp=dp, noise_multiplier=1.0 if dp else 0.0, per_sample=route)
+        with OpCounter() as count:
+            local_train(model, cfg, params, init_state(params, cfg), x, y, client_generators(0, 1, range(m)), chunk=m)
+        convolutions[route] = sum(n for name, n in count.names.items() if name.startswith("convolution"))
+    assert convolutions["ghost"] >= len(model.convs) and convolutions["matmul"] == 0
 
 
 @pytest.mark.parametrize("hidden_bias", [False, True])

@@ -28,6 +28,8 @@ def test_route_times_every_route_and_prints_the_choice_for_the_dataset_asked(tmp
         for k in CONV_ROUTES[1:]:
             assert abs(r[f"speedup_{k}"] - seconds["ghost"] / seconds[k]) < 1e-2 * r[f"speedup_{k}"]
         assert r["route"] == route.choose(seconds)
+        plain = {k: r["plain"][f"{k}_s"] for k in ("ghost", "matmul")}       # the twins' non-private round
+        assert all(t > 0 for t in plain.values()) and r["plain"]["route"] == route.choose(plain)
     assert capsys.readouterr().out.strip() == report["cifar10"]["route"]
     with pytest.raises(SystemExit):
         route.main(["--clients", "0"])
@@ -69,6 +71,8 @@ def test_a_route_that_fails_on_the_device_is_left_out(tmp_path, monkeypatch, cap
         assert report[name]["failed"] == {"matmul": "RuntimeError('no kernel for this')"}
         assert "matmul_s" not in report[name] and {"ghost_s", "unfold_s", "grouped_s"} <= set(report[name])
         assert report[name]["route"] == route.choose({r: report[name][f"{r}_s"] for r in ("ghost", "unfold", "grouped")})
+        assert report[name]["plain"]["failed"] == {"matmul": "RuntimeError('no kernel for this')"}
+        assert report[name]["plain"]["route"] == "ghost"
     assert "route matmul failed" in capsys.readouterr().err
     with pytest.raises(RuntimeError):
         engine.route_times(2, routes=("ghost", "matmul"))          # without ``failed``, a failure raises

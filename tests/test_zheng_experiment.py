@@ -229,18 +229,18 @@ class _EmptyCache:
         return None
 
 
-@pytest.mark.parametrize("route", ["unfold", "grouped", "matmul"])
-def test_the_per_sample_route_changes_how_not_what(data_root, tmp_path, route):
+@pytest.mark.parametrize("route, sigma", [("unfold", 1.0), ("grouped", 1.0), ("matmul", 1.0), ("matmul", None)])
+def test_the_per_sample_route_changes_how_not_what(data_root, tmp_path, route, sigma):
     """``--per-sample unfold``, ``grouped`` or ``matmul`` (``ZhengRun.per_sample``, the GPU's candidate routes) trains
     the run the default route trains, up to float round-off: one hash, one cache entry, the route in the
-    provenance."""
+    provenance; for a non-private twin (σ = None) too, whose convolutions only ``matmul`` changes."""
     from dpfl.experiments import zheng2021 as z
     from dpfl.runs import Cache, run
 
-    args = ["--profile", "smoke", "--only", "mnist p=1 σ=1.0 B=16", "--device", DEVICE, "--data-dir", str(data_root)]
+    args = ["--profile", "smoke", "--only", f"mnist p=1 σ={sigma} B=16", "--device", DEVICE, "--data-dir", str(data_root)]
     assert z.main(args + ["--cache", str(tmp_path / "u"), "--per-sample", route]) == 0
     ghost = next(c for c in z.grid("smoke", device=DEVICE, data_dir=str(data_root), progress=False)
-                 if (c.dataset, c.p, c.sigma, c.batch_size) == ("mnist", 1.0, 1.0, 16))
+                 if (c.dataset, c.p, c.sigma, c.batch_size) == ("mnist", 1.0, sigma, 16))
     other = Cache(tmp_path / "u").load(ghost)                   # found under the default route's hash
     assert other is not None and other.provenance["per_sample"] == route
     assert dataclasses.replace(ghost, per_sample=route).round_config().local.per_sample == route   # the engine's route

@@ -63,9 +63,10 @@ class Tap:
     """Taps layers for per-sample gradients (``dpfl.federated.local``): at each layer ``name`` that
     has a probe (a fully connected layer or a convolution), the forward pass records the layer's input
     in ``inputs[name]`` and adds the zero tensor ``probes[name]`` to its output, so that the gradient
-    with respect to the probe is the gradient with respect to the layer's output. ``matmul``: a probed
-    convolution is computed as a matrix product of its unfolded input (im2col) and records the unfolded
-    input, (N, in·k², L), instead of the input (docs/per-sample-gradients.md §2)."""
+    with respect to the probe is the gradient with respect to the layer's output. ``matmul``: every
+    convolution is computed as a matrix product of its unfolded input (im2col), and a probed one records
+    the unfolded input, (N, in·k², L), instead of the input (docs/per-sample-gradients.md §2); with no
+    probes, a forward pass that only computes its convolutions that way (non-private training)."""
 
     def __init__(self, probes: dict, matmul: bool = False):
         self.probes = probes
@@ -89,7 +90,7 @@ def _conv2d(p, name, h, tap: Tap | None = None):
     """A convolution of stride 1 without padding, tapped when ``tap`` probes it (as a matrix product
     of the unfolded input when the tap asks for it: the same numbers up to round-off)."""
     weight, bias = p[name + ".weight"], p[name + ".bias"]
-    if tap is None or not tap.matmul or name not in tap.probes:
+    if tap is None or not tap.matmul:
         return _tapped(F.conv2d(h, weight, bias), name, h, tap)
     cols = F.unfold(h, weight.shape[-2:])                                       # (N, in·k², L)
     side = tuple(n - k + 1 for n, k in zip(h.shape[-2:], weight.shape[-2:]))

@@ -141,7 +141,8 @@ class ZhengRun(TrainingRun):
     data_source: str | None = dataclasses.field(default=None, metadata={"hash": "unless-default"})
     #: how DP-SGD gets per-sample gradients (``LocalConfig.per_sample``): "ghost" (the default), "unfold",
     #: "grouped" or "matmul" (fewer kernel launches: the GPU's candidate routes; ``benchmarks/route.py``
-    #: picks one; docs/per-sample-gradients.md §2). They compute the same clipped sums
+    #: picks one; docs/per-sample-gradients.md §2); "matmul" computes a non-private twin's convolutions as
+    #: matrix products too. They compute the same clipped sums and gradients
     #: up to float round-off (tests/test_local.py, float64 against a per-sample loop and Opacus), so, like
     #: ``device``, it stays out of the hash and is recorded in the provenance
     #: (a run resumed with another route records the last stretch's)
@@ -350,7 +351,8 @@ def main(argv=None) -> int:
     runs_of = lambda profile, **common: (grid(profile, **common) if profile != "cells"
                                          else [run for table in TARGETS for run in cells(table, **common)])
     route = (["--per-sample"], dict(choices=list(CONV_ROUTES), default="ghost",
-                                    help="DP-SGD's per-sample gradient route (ZhengRun.per_sample; same results up to round-off)"))
+                                    help="DP-SGD's per-sample gradient route; matmul also computes the non-private twins' "
+                                         "convolutions as matrix products (ZhengRun.per_sample; same results up to round-off)"))
     return runner.main("dpfl.experiments.zheng2021", runs_of, describe, [*SETTINGS, "cells"], "figures/zheng2021/cache",
                        argv, followups=followups, options={"per_sample": route})
 

@@ -46,7 +46,8 @@ class LocalConfig:
     dp: bool = False
     clip: float = 1.0
     noise_multiplier: float = 0.0     # z: noise std z·C on the sum of clipped gradients
-    per_sample: str = "ghost"         # how DP-SGD gets per-sample gradients: one of CONV_ROUTES or "full" (_clipped_sum)
+    per_sample: str = "ghost"         # how DP-SGD gets per-sample gradients: one of CONV_ROUTES or "full" (_clipped_sum);
+    #                                   "matmul" computes a non-private step's convolutions as matrix products too (_gradient)
     prox: float = 0.0                 # λ of a proximal term λ/2·‖w − anchor‖² (Ditto; see dpfl.federated.personalize)
 
     def __post_init__(self):
@@ -100,8 +101,8 @@ def init_state(params: dict, cfg: LocalConfig) -> dict:
             "step": torch.zeros(first.shape[0], dtype=first.dtype, device=first.device)}
 
 
-def _nll(model: Model, params, x, y, masks):
-    logp = model.forward(params, x, masks)
+def _nll(model: Model, params, x, y, masks, tap=None):
+    logp = model.forward(params, x, masks, tap)
     return -logp.gather(-1, y.unsqueeze(-1)).mean()
 
 
@@ -218,9 +219,13 @@ def _clipped_sum(model: Model, cfg: LocalConfig, params, x, y, masks):
 
 def _gradient(model: Model, cfg: LocalConfig, params, x, y, masks):
     """One client's gradient on one batch: the mean gradient, or DP-SGD's Σ_i clip_C(∇ℓ_i) (its
-    noise and the division by B are added in place afterwards, for all clients at once: :func:`_step`)."""
+    noise and the division by B are added in place afterwards, for all clients at once: :func:`_step`).
+    ``per_sample="matmul"`` computes the mean gradient's convolutions as matrix products of unfolded
+    inputs, as DP-SGD's matmul route does: under ``vmap`` over clients, batched products where cuDNN runs
+    a convolution with one group per client as one kernel per client (the same numbers up to round-off)."""
     if not cfg.dp:
-        return grad(lambda p: _nll(model, p, x, y, masks))(params)
+        matmul = cfg.per_sample == "matmul" and model.convs
+        return grad(lambda p: _nll(model, p, x, y, masks, Tap({}, matmul=True) if matmul else None))(params)
     return _clipped_sum(model, cfg, params, x, y, masks)
 
 
