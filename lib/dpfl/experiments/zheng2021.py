@@ -324,8 +324,8 @@ def computed_on(cache, done: dict, table: str = "1") -> dict:
     provenance: {(p, σ): "cuda (NVIDIA H200)" or, where they differ, "cpu (…); twin cuda (…)"}. One seed
     draws other random numbers on a CPU and on a GPU (each device repeatable), so a twin from another
     device has the cell's setting but not its draws; the table says so rather than hide it. A cell
-    computed with another per-sample route than the default (``ZhengRun.per_sample``) names it too (a
-    twin has no per-sample gradients)."""
+    computed with another per-sample route than the default (``ZhengRun.per_sample``) names it too (the
+    cell's route: a twin's, which only "matmul" changes, is in its own provenance)."""
     out = {}
     for key, (config, metrics, twin) in done.items():
         record = cache.load(config).provenance
