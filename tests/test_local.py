@@ -290,6 +290,31 @@ def test_the_matmul_route_runs_no_convolution(model, dp):
     assert convolutions["ghost"] >= len(model.convs) and convolutions["matmul"] == 0
 
 
+@pytest.mark.parametrize("model", [MNIST_CNN, CIFAR_CNN], ids=["mnist_cnn", "cifar_cnn"])
+@pytest.mark.parametrize("route, dp", [(r, True) for r in CONV_ROUTES] + [("matmul", False)])
+def test_each_route_repeats_bit_for_bit_under_the_runs_settings(model, route, dp):
+    """One seed repeats a run on one device by every route, under the settings the runs use
+    (``dpfl.device.configure``: deterministic kernels, no TF32). On CUDA (``DPFL_TEST_DEVICE``) this checks
+    that each route's kernels (unfold and its fold, grouped convolutions, batched products) have a
+    deterministic implementation: PyTorch warns where one has none, and the warning fails the test."""
+    import warnings
+
+    from dpfl.device import configure
+
+    configure(DEVICE)
+    m = 3
+    params = _stack({k: v.to(DEVICE) for k, v in model.init(torch.Generator().manual_seed(0)).items()}, m)
+    x = torch.randn(m, 2, 4, *model.input_shape, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    y = torch.randint(0, 10, (m, 2, 4), generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    cfg = LocalConfig(dp=dp, noise_multiplier=1.0 if dp else 0.0, per_sample=route)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*deterministic")
+        first, second = (local_train(model, cfg, params, init_state(params, cfg), x, y,
+                                     client_generators(0, 1, range(m), device=DEVICE), chunk=m)[0] for _ in range(2))
+    assert all(torch.equal(first[k], second[k]) for k in params)
+    assert not all(torch.equal(first[k], params[k]) for k in params)          # it trained
+
+
 @pytest.mark.parametrize("hidden_bias", [False, True])
 @pytest.mark.parametrize("options", [dict(), dict(prox=0.5, weight_decay=1e-3, per_client_lr=True)])
 def test_hand_written_mlp_sgd_equals_the_generic_path(hidden_bias, options):
