@@ -56,6 +56,7 @@ def main(argv=None) -> int:
                       **{f"speedup_{r}": round(seconds["ghost"] / t, 3) for r, t in seconds.items() if r != "ghost"},
                       **({"failed": failed} if failed else {}), "route": choose(seconds),
                       "plain": {**{f"{r}_s": round(t, 4) for r, t in plain.items()},
+                                **({"speedup_matmul": round(plain["ghost"] / plain["matmul"], 3)} if "matmul" in plain else {}),
                                 **({"failed": plain_failed} if plain_failed else {}), "route": choose(plain)}}
         print(f"{name}: " + ", ".join(f"{r} {t:.3f} s" for r, t in seconds.items())
               + f" per DP round of {args.clients} clients: {rows[name]['route']}; non-private: "

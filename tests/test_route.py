@@ -30,6 +30,7 @@ def test_route_times_every_route_and_prints_the_choice_for_the_dataset_asked(tmp
         assert r["route"] == route.choose(seconds)
         plain = {k: r["plain"][f"{k}_s"] for k in ("ghost", "matmul")}       # the twins' non-private round
         assert all(t > 0 for t in plain.values()) and r["plain"]["route"] == route.choose(plain)
+        assert abs(r["plain"]["speedup_matmul"] - plain["ghost"] / plain["matmul"]) < 1e-2 * r["plain"]["speedup_matmul"]
     assert capsys.readouterr().out.strip() == report["cifar10"]["route"]
     with pytest.raises(SystemExit):
         route.main(["--clients", "0"])
