@@ -69,6 +69,12 @@ def test_notebook_smoke_run_asserts_its_numbers(paper, tmp_path):
         for prefix, count in PAPER_CELLS[paper]:
             cells = computed[computed.quantity.str.startswith(prefix)]
             assert len(cells) >= count and (cells.kind == "reproduced").all(), cells.to_string()
+    if paper == "zheng2021":                         # §9: the lean of our R, from the same cells' R rows
+        lean = computed[computed.quantity.str.startswith("Beyond the paper: our R / the paper's R")]
+        rounds = computed[computed.quantity.str.match(r"Table \d R at \d+ %")]
+        assert len(lean) == 1 and lean.kind.iloc[0] == "beyond" and len(rounds) >= 8
+        ratio = pd.to_numeric(rounds.ours) / pd.to_numeric(rounds.reference)
+        assert float(lean.ours.iloc[0]) == pytest.approx(float(np.exp(np.log(ratio).mean())), rel=1e-3)
     assert list(out.glob("*.png")) and list(out.glob("*.pdf")) and list(out.glob("*.md"))
     if paper in RECONSTRUCTIONS:                      # every figure and table says it is one
         outputs = [p.name for p in out.glob("*.*") if p.suffix in (".png", ".csv") and p.stem != "comparisons"]

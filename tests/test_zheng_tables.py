@@ -139,3 +139,46 @@ def test_plot_paper_cells_draws_one_panel_per_p_one_colour_per_sigma_and_the_pap
         zp.plot_paper_cells({}, published())
     with pytest.raises(ValueError, match=r"σ = \[0\.8\]"):
         zp.plot_paper_cells({(1.0, 0.8): done[(1.0, 1.0)]}, published())
+
+
+def test_rounds_offset_sets_our_R_against_the_papers_with_the_accuracy_gap_it_stands_for():
+    """§9 of the notebook: per cell, R ours / R paper and our accuracy at the paper's R; the summary's
+    geometric mean, count above, range and mean gap below the target, on hand-made metrics."""
+    pub = published()
+    row = lambda table, p, s: pub.query("table == @table and p == @p and sigma == @s").iloc[0]
+    slow, fast = row("1", 1.0, 0.75), row("3", 1.0, 0.5)          # paper R = 64 (to 90 %) and 207 (to 52 %)
+    acc = np.linspace(0.5, 0.905, 80)                               # reaches 90 % at round 80: R 80 / 64
+    acc[63] = 0.895                                                 # at the paper's R = 64: 89.5 %
+    cifar = np.r_[np.linspace(0.1, 0.5, 149), [0.53]]               # reaches 52 % at round 150, before the paper's 207
+    done = {"1": {(1.0, 0.75): (ZhengRun("mnist", 1.0, 0.75, 16, 300), _metrics(acc), None)},
+            "2": {},
+            "3": {(1.0, 0.5): (ZhengRun("cifar10", 1.0, 0.5, 16, 1000), _metrics(cifar), None),
+                  (0.5, 0.5): (ZhengRun("cifar10", 0.5, 0.5, 16, 1000), _metrics(np.full(10, 0.3)), None)}}  # never reached
+    offset = zt.rounds_offset(done, pub)
+    assert list(offset["R paper"]) == [int(slow.R), int(fast.R)] and list(offset["R ours"]) == [80, 150]
+    assert offset["ours at the paper's R %"].iloc[0] == pytest.approx(89.5)
+    assert np.isnan(offset["ours at the paper's R %"].iloc[1])      # our run stopped before the paper's R
+    lean = zt.offset_summary(offset)
+    assert lean["cells"] == 2 and lean["above"] == 1
+    assert lean["geometric mean"] == pytest.approx(np.sqrt(80 / 64 * 150 / 207))
+    assert (lean["lowest"], lean["highest"]) == pytest.approx((150 / 207, 80 / 64))
+    assert lean["gap (pp)"] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="offset is empty"):
+        zt.offset_summary(zt.rounds_offset({"1": {}}, pub))
+
+
+def test_plot_rounds_offset_draws_one_point_per_cell():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from dpfl.experiments import zheng2021_plots as zp
+
+    offset = pd.DataFrame({"table": ["1", "2"], "dataset": ["mnist"] * 2, "p": [1.0, 0.5], "σ": [0.75, 1.0], "B": [16, 8],
+                           "R paper": [64, 266], "R ours": [73, 250], "R ours / paper": [73 / 64, 250 / 266],
+                           "target %": [90.0, 90.0], "ours at the paper's R %": [89.2, np.nan]})
+    fig = zp.plot_rounds_offset(offset)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["T1 p=1 σ=0.75", "T2 p=0.5 σ=1 B=8"]
+    assert list(np.asarray(ax.collections[-1].get_offsets())[:, 1]) == pytest.approx([73 / 64, 250 / 266])
+    with pytest.raises(ValueError, match="offset is empty"):
+        zp.plot_rounds_offset(offset.iloc[:0])

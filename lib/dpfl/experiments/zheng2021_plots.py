@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-__all__ = ["SIGMA_COLORS", "plot_paper_cells"]
+__all__ = ["SIGMA_COLORS", "plot_paper_cells", "plot_rounds_offset"]
 
 #: one colour per noise multiplier σ (Okabe–Ito, readable in colour-blind vision), the same in every panel
 SIGMA_COLORS = {1.0: "#0072B2", 0.9: "#E69F00", 0.75: "#009E73", 0.5: "#CC79A7"}
@@ -47,5 +47,30 @@ def plot_paper_cells(done: dict, published: pd.DataFrame, table: str = "1", targ
     axes[0][0].set_ylabel("average test accuracy %")
     fig.suptitle(f"Table {table} at the paper's setting (100 clients), the cells computed so far: solid, the paper's "
                  f"metric (stored local accuracy); dotted, the global model; dashed, the paper's R", fontsize=8.5)
+    fig.tight_layout()
+    return fig
+
+
+def plot_rounds_offset(offset: pd.DataFrame):
+    """Our R over the paper's, one point per cell computed at the paper's setting (rows of
+    :func:`dpfl.experiments.zheng2021_tables.rounds_offset`), coloured by σ, with the ±20 % a match allows and
+    the geometric mean of the ratios. Returns the figure."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    if not len(offset):
+        raise ValueError("offset is empty: no cell computed at the paper's setting to plot")
+    labels = [f"T{r.table} p={r.p:g} σ={r['σ']:g}" + (f" B={r.B}" if r.B != 16 else "") for _, r in offset.iterrows()]
+    ratio = offset["R ours / paper"].to_numpy()
+    mean = float(np.exp(np.log(ratio).mean()))
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.55 * len(offset) + 1.5), 3.4))
+    ax.axhspan(0.8, 1.2, color="grey", alpha=0.12, label="a match: within ±20 %")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.axhline(mean, color="#D55E00", lw=1, ls="--", label=f"geometric mean {mean:.2f}")
+    ax.scatter(range(len(offset)), ratio, c=[SIGMA_COLORS.get(s, "k") for s in offset["σ"]], zorder=3)
+    ax.set_xticks(range(len(offset)), labels, rotation=45, ha="right", fontsize=7)
+    ax.set(ylabel="R ours / R paper", ylim=(min(0.75, ratio.min() - 0.05), max(1.25, ratio.max() + 0.05)))
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title("Rounds to the target: ours over the paper's, per cell at the paper's setting", fontsize=8.5)
     fig.tight_layout()
     return fig

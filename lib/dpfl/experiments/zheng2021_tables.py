@@ -14,7 +14,7 @@ from dpfl.accounting import tradeoff as tf
 from dpfl.experiments.zheng2021 import TARGETS, first_round
 
 __all__ = ["TABLE2_RATIOS", "C_HALF_G1", "at_round", "mu_max", "mu_max_table", "rounds_table", "rounds_comparisons",
-           "pending_rows",
+           "pending_rows", "rounds_offset", "offset_summary",
            "batch_size_table", "batch_size_pairs", "batch_size_ratios", "ratio_comparisons", "loss_gaps", "personalization_gaps", "metric_table",
            "exact_bracket", "tightness_row"]
 
@@ -117,6 +117,41 @@ def rounds_comparisons(runs: dict, published: pd.DataFrame, table: str, data: st
     for _, kwargs in out:
         kwargs.setdefault("source", source)
     return out
+
+
+def rounds_offset(done_by_table: dict, published: pd.DataFrame) -> pd.DataFrame:
+    """Our R against the paper's, over every cell computed at the paper's setting: each within ±20 % is a
+    match (:func:`rounds_comparisons`), but do they lean one way? ``done_by_table``: {table: {(p, σ): (config,
+    metrics, twin's metrics or None)}} (``zheng2021.cached_cells`` per table). One row per cell that reached
+    its target: the paper's R, ours, their ratio, and our accuracy at the paper's R, the accuracy gap that a
+    ratio of rounds stands for (NaN where our run stopped before the paper's R, having reached the target)."""
+    rows = []
+    for table, done in done_by_table.items():
+        goal = _TABLE[table][0]
+        for (p, s), (config, metrics, _) in done.items():
+            ref = published.query("table == @table and p == @p and sigma == @s and B == @config.batch_size")
+            R = first_round(metrics, goal)
+            if not len(ref) or R is None:
+                continue
+            paper_R = int(ref.R.iloc[0])
+            rows.append({"table": table, "dataset": config.dataset, "p": p, "σ": s, "B": config.batch_size,
+                         "R paper": paper_R, "R ours": R, "R ours / paper": R / paper_R, "target %": 100 * goal,
+                         "ours at the paper's R %": 100 * at_round(metrics, paper_R)})
+    return pd.DataFrame(rows, columns=["table", "dataset", "p", "σ", "B", "R paper", "R ours", "R ours / paper",
+                                       "target %", "ours at the paper's R %"])
+
+
+def offset_summary(offset: pd.DataFrame) -> dict:
+    """Of :func:`rounds_offset`'s rows: how many cells, how many with our R above the paper's, the geometric
+    mean and the range of the ratios, and "gap (pp)": the mean gap of our accuracy at the paper's R below the
+    target (over the cells whose run reached the paper's R)."""
+    if not len(offset):
+        raise ValueError("offset is empty: no cell computed at the paper's setting")
+    ratio = offset["R ours / paper"]
+    gap = (offset["target %"] - offset["ours at the paper's R %"]).dropna()
+    return {"cells": len(offset), "above": int((ratio > 1).sum()), "geometric mean": float(np.exp(np.log(ratio).mean())),
+            "lowest": float(ratio.min()), "highest": float(ratio.max()),
+            "gap (pp)": float(gap.mean()) if len(gap) else np.nan}
 
 
 def pending_rows(published: pd.DataFrame, done: dict, needs: str, ratios_done: bool = False) -> list[dict]:
