@@ -90,10 +90,10 @@ def one_round(clients, steps, batch, model=MNIST_CNN):
     return lambda cfg: local_train(model, cfg, stacked, init_state(stacked, cfg), x, y, gens()), x, y
 
 
-def _round_timer(clients, steps, batch, model=MNIST_CNN):
-    """(best seconds of one round (:func:`one_round`) under a given LocalConfig, the round's batches x, y)."""
+def _round_timer(clients, steps, batch, model=MNIST_CNN, repeats=3):
+    """(best of ``repeats`` seconds of one round (:func:`one_round`) under a given LocalConfig, the round's batches x, y)."""
     train, x, y = one_round(clients, steps, batch, model)
-    return lambda cfg: best(lambda: train(cfg), 3, DEVICE), x, y
+    return lambda cfg: best(lambda: train(cfg), repeats, DEVICE), x, y
 
 
 #: the per-sample routes other than the default, as rows (a) and (f) name them
@@ -101,21 +101,23 @@ ROUTE_NAMES = {"unfold": "unfolded convolutions", "grouped": "grouped convolutio
                "matmul": "convolutions as matrix products"}
 
 
-def route_times(clients, steps=2, batch=16, model=MNIST_CNN, routes=CONV_ROUTES, failed: dict | None = None,
-                dp: bool = True) -> dict:
-    """Seconds per round of ``local_train`` by each per-sample route: {route: seconds} for ``routes``, on one
-    workload built once; DP-SGD's, or with ``dp=False`` non-private training's (where only "matmul" differs
-    from the default). With a dict ``failed``, a route other than the default that raises (a kernel this
-    device lacks, memory) is left out and its error recorded there as {route: repr}; without one, it raises."""
-    timer, _, _ = _round_timer(clients, steps, batch, model)
-    seconds = {}
-    for r in routes:
-        try:
-            seconds[r] = timer(LocalConfig(dp=dp, noise_multiplier=2.0 if dp else 0.0, per_sample=r))
-        except Exception as exc:
-            if failed is None or r == "ghost":
-                raise
-            failed[r] = repr(exc)
+def route_times(clients, steps=2, batch=16, model=MNIST_CNN, routes=CONV_ROUTES, plain_routes=(),
+                failed: dict | None = None, repeats=3) -> dict:
+    """Seconds per round of ``local_train`` by each per-sample route, on one workload built once:
+    {"dp": {route: seconds} for DP-SGD by ``routes``, "plain": {route: seconds} for non-private training by
+    ``plain_routes``} (where only "matmul" differs from the default). With a dict ``failed``, a route other
+    than the default that raises (a kernel this device lacks, memory) is left out and its error recorded
+    there as {"dp" or "plain": {route: repr}}; without one, it raises."""
+    timer, _, _ = _round_timer(clients, steps, batch, model, repeats)
+    seconds = {"dp": {}, "plain": {}}
+    for kind, dp, kind_routes in (("dp", True, routes), ("plain", False, plain_routes)):
+        for r in kind_routes:
+            try:
+                seconds[kind][r] = timer(LocalConfig(dp=dp, noise_multiplier=2.0 if dp else 0.0, per_sample=r))
+            except Exception as exc:
+                if failed is None or r == "ghost":
+                    raise
+                failed.setdefault(kind, {})[r] = repr(exc)
     return seconds
 
 
@@ -244,13 +246,14 @@ def main():
         ours, theirs = round_ratio(clients)
         rows.append((f"(b) Opacus per-client loop / local_train, {clients} clients, MnistCNN, 2 DP steps of B=16",
                      ours, theirs, theirs / ours, "≥ 10× on a GPU at ≥ 50 clients; ≥ 1× on a CPU"))
-    t = route_times(100)
+    t = route_times(100, plain_routes=("ghost", "matmul"))
     for route, how in ROUTE_NAMES.items():
-        rows.append((f"(f) local_train with ghost clipping / with {how} too, 100 clients, MnistCNN, "
-                     "2 DP steps of B=16", t[route], t["ghost"], t["ghost"] / t[route], "> 1 on a GPU: make it the GPU's route"))
-    t = route_times(100, routes=("ghost", "matmul"), dp=False)
+        rows.append((f"(f) local_train with ghost clipping / with {how} too, 100 clients, MnistCNN, 2 DP steps of "
+                     "B=16", t["dp"][route], t["dp"]["ghost"], t["dp"]["ghost"] / t["dp"][route],
+                     "> 1 on a GPU: make it the GPU's route"))
+    p = t["plain"]
     rows.append(("(f) non-private local_train, convolutions / as matrix products, 100 clients, MnistCNN, 2 steps "
-                 "of B=16 (the twins)", t["matmul"], t["ghost"], t["ghost"] / t["matmul"], "> 1 on a GPU: the twins' route"))
+                 "of B=16 (the twins)", p["matmul"], p["ghost"], p["ghost"] / p["matmul"], "> 1 on a GPU: the twins' route"))
     for clients in (50, 220):
         ours, theirs = geyer_round_ratio(clients)
         rows.append((f"(e) plain per-client PyTorch loop / ours, one client-level DP round of Geyer's MLP, {clients} "

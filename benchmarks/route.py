@@ -35,32 +35,38 @@ def choose(seconds: dict) -> str:
     return fastest if seconds["ghost"] >= MARGIN * seconds[fastest] else "ghost"
 
 
+def timings(seconds: dict, failed: dict) -> dict:
+    """route.json's entry for one kind of round: each route's seconds, its speedup over the default,
+    the routes that failed, and the choice."""
+    return {**{f"{r}_s": round(t, 4) for r, t in seconds.items()},
+            **{f"speedup_{r}": round(seconds["ghost"] / t, 3) for r, t in seconds.items() if r != "ghost"},
+            **({"failed": failed} if failed else {}), "route": choose(seconds)}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", help="a directory for route.json")
     parser.add_argument("--clients", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=3, help="each timing is the best of this many rounds")
     parser.add_argument("--for", dest="dataset", choices=["mnist", "cifar10"], default="mnist",
                         help="the dataset whose route is printed")
     args = parser.parse_args(argv)
-    if args.clients < 1:
-        parser.error(f"--clients must be a positive integer, got {args.clients}")
+    for name in ("clients", "repeats"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be a positive integer, got {getattr(args, name)}")
     rows = {}
     for name, model in (("mnist", MNIST_CNN), ("cifar10", CIFAR_CNN)):
         failed = {}                                  # a route that fails on this device is left out, not fatal
-        seconds = route_times(args.clients, model=model, failed=failed)
-        for r, error in failed.items():
-            print(f"{name}: route {r} failed: {error}", file=sys.stderr)
-        plain_failed = {}                            # the twins: non-private rounds, where only matmul differs
-        plain = route_times(args.clients, model=model, routes=("ghost", "matmul"), failed=plain_failed, dp=False)
-        rows[name] = {**{f"{r}_s": round(t, 4) for r, t in seconds.items()},
-                      **{f"speedup_{r}": round(seconds["ghost"] / t, 3) for r, t in seconds.items() if r != "ghost"},
-                      **({"failed": failed} if failed else {}), "route": choose(seconds),
-                      "plain": {**{f"{r}_s": round(t, 4) for r, t in plain.items()},
-                                **({"speedup_matmul": round(plain["ghost"] / plain["matmul"], 3)} if "matmul" in plain else {}),
-                                **({"failed": plain_failed} if plain_failed else {}), "route": choose(plain)}}
-        print(f"{name}: " + ", ".join(f"{r} {t:.3f} s" for r, t in seconds.items())
+        seconds = route_times(args.clients, model=model, plain_routes=("ghost", "matmul"), failed=failed,
+                              repeats=args.repeats)  # plain: the twins' non-private rounds, where only matmul differs
+        for kind, routes in failed.items():
+            for r, error in routes.items():
+                print(f"{name}: {kind} route {r} failed: {error}", file=sys.stderr)
+        rows[name] = {**timings(seconds["dp"], failed.get("dp")), "plain": timings(seconds["plain"], failed.get("plain"))}
+        print(f"{name}: " + ", ".join(f"{r} {t:.3f} s" for r, t in seconds["dp"].items())
               + f" per DP round of {args.clients} clients: {rows[name]['route']}; non-private: "
-              + ", ".join(f"{r} {t:.3f} s" for r, t in plain.items()) + f": {rows[name]['plain']['route']}", file=sys.stderr)
+              + ", ".join(f"{r} {t:.3f} s" for r, t in seconds["plain"].items()) + f": {rows[name]['plain']['route']}",
+              file=sys.stderr)
     if args.out:
         Path(args.out, "route.json").write_text(json.dumps({"device": device_name(DEVICE), "clients": args.clients,
                                                             **rows}, indent=1) + "\n")

@@ -274,8 +274,13 @@ def test_one_noise_draw_and_one_mask_draw_per_client_and_step(model, per_step):
 def test_the_matmul_route_runs_no_convolution(model, dp):
     """``per_sample="matmul"`` (the GPU's candidate for cuDNN's one-kernel-per-client convolutions)
     computes every convolution of a step, forward and backward, private or not, as matrix products:
-    no ATen convolution is left, where the default route runs them."""
+    no ATen convolution is left, where the default route runs them. The convolutions' output shapes are
+    inferred on the ``meta`` device once per shape (cached): cleared here, so that the first call's
+    inference runs inside the count, which must skip it (it launches no kernel)."""
+    from dpfl.federated.local import _conv_outputs_of
     from dpfl.opcount import OpCounter
+
+    _conv_outputs_of.cache_clear()
 
     m = 2
     params = {k: v.unsqueeze(0).repeat(m, *[1] * v.ndim) for k, v in model.init(torch.Generator().manual_seed(0)).items()}

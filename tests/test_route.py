@@ -18,9 +18,9 @@ def test_route_chooses_the_fastest_only_by_a_margin():
 
 def test_route_times_every_route_and_prints_the_choice_for_the_dataset_asked(tmp_path, capsys):
     route = benchmark_script("route")
-    assert route.main(["--clients", "2", "--out", str(tmp_path), "--for", "cifar10"]) == 0
+    assert route.main(["--clients", "1", "--repeats", "1", "--out", str(tmp_path), "--for", "cifar10"]) == 0
     report = json.loads((tmp_path / "route.json").read_text())
-    assert report["clients"] == 2 and report["device"]
+    assert report["clients"] == 1 and report["device"]
     for name in ("mnist", "cifar10"):
         r = report[name]
         seconds = {k: r[f"{k}_s"] for k in CONV_ROUTES}
@@ -32,8 +32,10 @@ def test_route_times_every_route_and_prints_the_choice_for_the_dataset_asked(tmp
         assert all(t > 0 for t in plain.values()) and r["plain"]["route"] == route.choose(plain)
         assert abs(r["plain"]["speedup_matmul"] - plain["ghost"] / plain["matmul"]) < 1e-2 * r["plain"]["speedup_matmul"]
     assert capsys.readouterr().out.strip() == report["cifar10"]["route"]
-    with pytest.raises(SystemExit):
-        route.main(["--clients", "0"])
+    for bad in (["--clients", "0"], ["--repeats", "0"]):
+        with pytest.raises(SystemExit):
+            route.main(bad)
+    assert "--repeats must be a positive integer" in capsys.readouterr().err
 
 
 def test_profile_routes_writes_each_cases_costliest_operations(tmp_path):
@@ -66,7 +68,7 @@ def test_a_route_that_fails_on_the_device_is_left_out(tmp_path, monkeypatch, cap
 
     monkeypatch.setattr(engine, "LocalConfig", flaky)
     monkeypatch.setattr(route, "route_times", engine.route_times)
-    assert route.main(["--clients", "2", "--out", str(tmp_path)]) == 0
+    assert route.main(["--clients", "1", "--repeats", "1", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "route.json").read_text())
     for name in ("mnist", "cifar10"):
         assert report[name]["failed"] == {"matmul": "RuntimeError('no kernel for this')"}
@@ -74,9 +76,11 @@ def test_a_route_that_fails_on_the_device_is_left_out(tmp_path, monkeypatch, cap
         assert report[name]["route"] == route.choose({r: report[name][f"{r}_s"] for r in ("ghost", "unfold", "grouped")})
         assert report[name]["plain"]["failed"] == {"matmul": "RuntimeError('no kernel for this')"}
         assert report[name]["plain"]["route"] == "ghost"
-    assert "route matmul failed" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert out.strip() == report["mnist"]["route"]
+    assert "dp route matmul failed" in err and "plain route matmul failed" in err
     with pytest.raises(RuntimeError):
-        engine.route_times(2, routes=("ghost", "matmul"))          # without ``failed``, a failure raises
+        engine.route_times(1, routes=("ghost", "matmul"), repeats=1)       # without ``failed``, a failure raises
     monkeypatch.setattr(engine, "LocalConfig", lambda **kw: 1 / 0)
     with pytest.raises(ZeroDivisionError):                      # the default failing is fatal
-        route.main(["--clients", "2"])
+        route.main(["--clients", "1", "--repeats", "1"])

@@ -3,17 +3,22 @@ launch on a GPU; counted below ``vmap``, so a vmapped call counts its batched ke
 many of them are random draws, and how many of each kind. ``make bench`` reports them per round; the
 tests pin the draws and which operations a route runs.
 
->>> import torch
 >>> with OpCounter() as count:
 ...     _ = torch.randn(3) + 1
 >>> (count.ops, count.draws, count.names["add"])
 (2, 1, 1)
+>>> with OpCounter() as count:
+...     _ = torch.empty(3, device="meta") + 1       # shape inference only: no kernel
+>>> count.ops
+0
 """
 from __future__ import annotations
 
 from collections import Counter
 
+import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 __all__ = ["OpCounter", "RANDOM_OPS"]
 
@@ -23,7 +28,8 @@ RANDOM_OPS = ("randn", "rand", "bernoulli", "normal", "uniform", "randint")
 
 class OpCounter(TorchDispatchMode):
     """A context manager counting ``ops`` (ATen operations), ``draws`` (random ones) and ``names``
-    ({operation name: count}, e.g. "convolution", "bmm") inside it."""
+    ({operation name: count}, e.g. "convolution", "bmm") inside it. Operations on the ``meta`` device
+    (shape inference, e.g. ``local._conv_outputs_of``) launch no kernel and are not counted."""
 
     def __init__(self):
         super().__init__()
@@ -31,8 +37,12 @@ class OpCounter(TorchDispatchMode):
         self.names = Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        tensors = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        if tensors and all(t.is_meta for t in tensors):
+            return out
         name = func.__name__.split(".")[0]
         self.ops += 1
         self.draws += name.startswith(RANDOM_OPS)
         self.names[name] += 1
-        return func(*args, **(kwargs or {}))
+        return out
