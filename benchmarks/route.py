@@ -35,7 +35,7 @@ def choose(seconds: dict) -> str:
     return fastest if seconds["ghost"] >= MARGIN * seconds[fastest] else "ghost"
 
 
-def timings(seconds: dict, failed: dict) -> dict:
+def timings(seconds: dict, failed: dict | None) -> dict:
     """route.json's entry for one kind of round: each route's seconds, its speedup over the default,
     the routes that failed, and the choice."""
     return {**{f"{r}_s": round(t, 4) for r, t in seconds.items()},
