@@ -116,12 +116,22 @@ def test_table1_at_the_implied_setting_takes_the_grid_sigma_nearest_the_implied_
                 o(1000, "100", 2.1, 4, 0.95, 179),             # another m
                 o(1000, "100→300", 2.1, 4, 0.96, 60),          # a ramp
                 o(100, "50", 1.6, 1, 0.80, 9), o(100, "50", 1.8, 1, 0.7765, 11), o(100, "50", 1.8, 4, 0.7765, 12),
-                o(10000, "500", 1.5, 1, 0.9, 400)]             # m = 500 is not the implied 508: left out
+                o(10000, "500", 1.5, 1, 0.9551, 393), o(10000, "500", 2.0, 1, 0.9668, 817),
+                o(10000, "300→400→500→600", 1.5, 1, 0.97, 269)]   # no m = 508: the nearest constant m, 500
     t = gt.at_implied_setting(outcomes, implied).set_index("K")
-    assert t.index.tolist() == [100, 1000]
-    assert t.loc[1000, ["sigma", "acc", "rounds", "cc", "runs"]].tolist() == [2.1, 0.9115, 52, 11440, 2]
+    assert t.index.tolist() == [100, 1000, 10000]
+    assert t.loc[1000, ["m", "implied_m", "sigma", "acc", "rounds", "cc", "runs"]].tolist() == [220, 220, 2.1, 0.9115, 52,
+                                                                                               11440, 2]
     assert t.loc[1000, ["paper_acc", "paper_rounds", "paper_cc"]].tolist() == [0.92, 54, 11880]
     assert t.loc[100, ["sigma", "rounds", "paper_acc", "paper_rounds"]].tolist() == [1.8, 11, 0.78, 11]   # fewer rounds on ties
+    assert t.loc[10000, ["m", "implied_m", "sigma", "acc", "rounds", "cc"]].tolist() == [500, 508, 1.5, 0.9551, 393, 196500]
+    assert t.loc[10000, ["paper_acc", "paper_rounds", "paper_cc"]].tolist() == [0.96, 412, 209500]
+    # an m further than 5 % from the implied one is not its setting: the K is left out
+    far = [o(10000, "450", 1.5, 1, 0.95, 300)] + outcomes[:8]
+    assert gt.at_implied_setting(far, implied).K.tolist() == [100, 1000]
+    assert gt.at_implied_setting(far, implied, m_tolerance=0.12).K.tolist() == [100, 1000, 10000]
+    with pytest.raises(ValueError, match="m_tolerance"):
+        gt.at_implied_setting(outcomes, implied, m_tolerance=-0.1)
 
 
 def test_reaccounting_the_published_k100_row():

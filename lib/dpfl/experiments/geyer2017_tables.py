@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from dpfl import checks
 from dpfl.accounting.accountant import Accountant, SampledGaussianEvent
 from dpfl.experiments.geyer2017 import EPS, best, paper_accountant, paper_round, paper_stop_round, published
 
@@ -74,21 +75,29 @@ def table1(nondp: tuple, dp_best: dict, searched: dict | None = None) -> pd.Data
     return pd.DataFrame(rows)
 
 
-def at_implied_setting(outcomes: list[dict], implied: pd.DataFrame) -> pd.DataFrame:
+def at_implied_setting(outcomes: list[dict], implied: pd.DataFrame, m_tolerance: float = 0.05) -> pd.DataFrame:
     """Table 1's dp rows at the setting each published row implies (``implied``: the constant m =
     CC/CR and the σ their accountant then needs, :func:`paper_rows_settings`): among the grid's runs
     at that m and at the grid's σ nearest the implied one, the best by the paper's rule (over b and E).
     Only ACC is an experiment's outcome there: CR and CC follow from their accountant at the grid's σ.
-    A K whose implied m has no run in the grid is left out (10 000: m = 508, the grid's is 500)."""
+    A K whose implied m has no constant-m run in the grid takes the grid's constant m nearest it, if
+    within ``m_tolerance`` of it (relative; ``implied_m`` says so): K = 10 000, whose published m_t
+    varied (mean CC/CR = 508.5), has the grid's m = 500 for the implied 508; a K with none that near
+    is left out."""
+    checks.in_range("m_tolerance", m_tolerance, 0, 1)
     paper, rows = published().query("setting == 'dp'").set_index("K"), []
     for p in implied.itertuples():
-        runs = [o for o in outcomes if o["K"] == p.K and o["m"] == str(p.m)]
-        if not runs:
+        constant = {int(o["m"]) for o in outcomes if o["K"] == p.K and str(o["m"]).isdigit()}
+        if not constant:
             continue
+        m = min(constant, key=lambda v: (abs(v - p.m), -v))
+        if abs(m - p.m) > m_tolerance * p.m:
+            continue
+        runs = [o for o in outcomes if o["K"] == p.K and o["m"] == str(m)]
         sigma = min({o["sigma"] for o in runs}, key=lambda s: (abs(s - p.sigma), -s))
         o = best([o for o in runs if o["sigma"] == sigma])
         pub = paper.loc[p.K]
-        rows.append({"K": p.K, "m": p.m, "implied_sigma": p.sigma, "sigma": sigma, "config": o["run"],
+        rows.append({"K": p.K, "m": m, "implied_m": p.m, "implied_sigma": p.sigma, "sigma": sigma, "config": o["run"],
                      "acc": o["acc"], "paper_acc": pub.acc, "rounds": o["rounds"], "paper_rounds": pub.rounds,
                      "cc": o["cc"], "paper_cc": pub.cc, "runs": sum(r["sigma"] == sigma for r in runs)})
     return pd.DataFrame(rows)
