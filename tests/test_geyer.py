@@ -1,12 +1,14 @@
 """dpfl.experiments.geyer2017: Geyer, Klein & Nabi 2017 — data, accountant, stopping, selection rule,
 Table 1 builder, the re-accounting, and bad input (the training itself: test_engine, test_loop)."""
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
+from dpfl import runs
 from dpfl.accounting import rdp
 from dpfl.experiments import geyer2017 as g
 from dpfl.experiments import geyer2017_tables as gt
@@ -132,6 +134,27 @@ def test_table1_at_the_implied_setting_takes_the_grid_sigma_nearest_the_implied_
     assert gt.at_implied_setting(far, implied, m_tolerance=0.12).K.tolist() == [100, 1000, 10000]
     with pytest.raises(ValueError, match="m_tolerance"):
         gt.at_implied_setting(outcomes, implied, m_tolerance=-0.1)
+
+
+@pytest.mark.parametrize("K, best_run, acc, rounds, rounds_verdict, implied_acc, implied_rounds", [
+    (1000, "K=1000 m=100 σ=1.8 b=10 E=4", 0.9385, 179, "differs", 0.9115, 52),
+    (10000, "K=10000 m=500 σ=2 b=10 E=1", 0.9668, 817, "differs", 0.9551, 393)])
+def test_table1_rows_from_the_committed_paper_grids(K, best_run, acc, rounds, rounds_verdict, implied_acc, implied_rounds):
+    """Table 1's K = 1000 and 10 000 rows as the notebook derives them from the committed cache of each whole
+    grid (trained on a CPU; no smoke run trains them): the paper's rule's best model next to the paper's row,
+    and the best model at the grid's setting nearest the one the row implies."""
+    cache = runs.Cache(Path(__file__).resolve().parents[1] / "figures" / "geyer2017" / "cache")
+    configs = g.dp_grid("paper", K)
+    results = [(c, cache.load(c)) for c in configs]
+    assert all(r is not None for _, r in results), [c.label for c, r in results if r is None]
+    outcomes = [g.outcome(c, r.value) for c, r in results]
+    top, paper = g.best(outcomes), g.published().set_index(["setting", "K"]).loc[("dp", K)]
+    assert top["run"] == best_run and round(top["acc"], 4) == acc and top["rounds"] == rounds
+    assert gt.verdict(top["acc"], paper.acc, absolute=0.02) == "agrees"
+    assert gt.verdict(top["rounds"], paper.rounds, relative=0.2) == rounds_verdict
+    implied = gt.at_implied_setting(outcomes, pd.DataFrame(gt.paper_rows_settings())).set_index("K").loc[K]
+    assert round(implied.acc, 4) == implied_acc and implied.rounds == implied_rounds
+    assert abs(implied.acc - implied.paper_acc) <= 0.02
 
 
 def test_reaccounting_the_published_k100_row():

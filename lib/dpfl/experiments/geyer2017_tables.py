@@ -87,7 +87,7 @@ def at_implied_setting(outcomes: list[dict], implied: pd.DataFrame, m_tolerance:
     checks.in_range("m_tolerance", m_tolerance, 0, 1)
     paper, rows = published().query("setting == 'dp'").set_index("K"), []
     for p in implied.itertuples():
-        constant = {int(o["m"]) for o in outcomes if o["K"] == p.K and str(o["m"]).isdigit()}
+        constant = {int(o["m"]) for o in outcomes if o["K"] == p.K and o["m"].isdigit()}
         if not constant:
             continue
         m = min(constant, key=lambda v: (abs(v - p.m), -v))
