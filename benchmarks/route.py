@@ -37,9 +37,10 @@ def choose(seconds: dict) -> str:
 
 def timings(seconds: dict, failed: dict | None) -> dict:
     """route.json's entry for one kind of round: each route's seconds, its speedup over the default,
-    the routes that failed, and the choice."""
-    return {**{f"{r}_s": round(t, 4) for r, t in seconds.items()},
-            **{f"speedup_{r}": round(seconds["ghost"] / t, 3) for r, t in seconds.items() if r != "ghost"},
+    the routes that failed, and the choice. Seconds to 4 significant digits and speedups to 3, so that a
+    small value (a GPU's milliseconds, a starved round's 0.04×) keeps its relative precision."""
+    return {**{f"{r}_s": float(f"{t:.4g}") for r, t in seconds.items()},
+            **{f"speedup_{r}": float(f"{seconds['ghost'] / t:.3g}") for r, t in seconds.items() if r != "ghost"},
             **({"failed": failed} if failed else {}), "route": choose(seconds)}
 
 
