@@ -182,3 +182,19 @@ def test_plot_rounds_offset_draws_one_point_per_cell():
     assert list(np.asarray(ax.collections[-1].get_offsets())[:, 1]) == pytest.approx([73 / 64, 250 / 266])
     with pytest.raises(ValueError, match="offset is empty"):
         zp.plot_rounds_offset(offset.iloc[:0])
+
+
+def test_seed_spread_lists_R_per_seed_for_the_cells_run_at_several_seeds():
+    """§9: a cell cached at seeds 0 and 1 gets a row per seed (R ours, the paper's, their ratio); a cell at one
+    seed alone is left out; a run that never reached 90 % has R NaN, not a number."""
+    pub = published()
+    cell = lambda p, s: ZhengRun("mnist", p, s, 16, 300)
+    reach = lambda R: _metrics(np.r_[np.full(R - 1, 0.5), [0.91]])
+    by_seed = {0: {(1.0, 0.75): (cell(1.0, 0.75), reach(73), None), (0.5, 1.0): (cell(0.5, 1.0), reach(210), None)},
+               1: {(1.0, 0.75): (cell(1.0, 0.75), reach(67), None)},
+               2: {(1.0, 0.75): (cell(1.0, 0.75), _metrics(np.full(20, 0.5)), None)}}
+    spread = zt.seed_spread(by_seed, pub)
+    assert list(spread.seed) == [0, 1, 2] and (spread.p == 1.0).all() and (spread["R paper"] == 64).all()
+    assert list(spread["R ours"].iloc[:2]) == [73, 67] and np.isnan(spread["R ours"].iloc[2])
+    assert spread["R ours / paper"].iloc[1] == pytest.approx(67 / 64)
+    assert zt.seed_spread({0: by_seed[0]}, pub).empty

@@ -14,7 +14,7 @@ from dpfl.accounting import tradeoff as tf
 from dpfl.experiments.zheng2021 import TARGETS, first_round
 
 __all__ = ["TABLE2_RATIOS", "C_HALF_G1", "at_round", "mu_max", "mu_max_table", "rounds_table", "rounds_comparisons",
-           "pending_rows", "rounds_offset", "offset_summary",
+           "pending_rows", "rounds_offset", "offset_summary", "seed_spread",
            "batch_size_table", "batch_size_pairs", "batch_size_ratios", "ratio_comparisons", "loss_gaps", "personalization_gaps", "metric_table",
            "exact_bracket", "tightness_row"]
 
@@ -152,6 +152,28 @@ def offset_summary(offset: pd.DataFrame) -> dict:
     return {"cells": len(offset), "above": int((ratio > 1).sum()), "geometric mean": float(np.exp(np.log(ratio).mean())),
             "lowest": float(ratio.min()), "highest": float(ratio.max()),
             "gap (pp)": float(gap.mean()) if len(gap) else np.nan}
+
+
+def seed_spread(done_by_seed: dict, published: pd.DataFrame, table: str = "1") -> pd.DataFrame:
+    """Our R for the cells of Table ``table`` computed at more than one seed: does a cell's R lie above the
+    paper's at every seed, or does the seed move it across? (§9 of the notebook; every other cell runs at seed 0,
+    one data partition and one initial model.) ``done_by_seed``: {seed: ``zheng2021.cached_cells``'s
+    {(p, σ): (config, metrics, twin's metrics or None)}}. One row per cell and seed, for the cells cached at
+    two seeds or more: the paper's R, ours, their ratio; a run that never reached the target has R NaN."""
+    goal = _TABLE[table][0]
+    seen = {}
+    for seed, done in done_by_seed.items():
+        for (p, s), (config, metrics, _) in done.items():
+            seen.setdefault((p, s, config.batch_size), []).append((seed, first_round(metrics, goal)))
+    rows = []
+    for (p, s, B), runs in seen.items():
+        ref = published.query("table == @table and p == @p and sigma == @s and B == @B")
+        if len(runs) < 2 or not len(ref):
+            continue
+        paper_R = int(ref.R.iloc[0])
+        rows += [{"p": p, "σ": s, "B": B, "seed": seed, "R paper": paper_R, "R ours": np.nan if R is None else R,
+                  "R ours / paper": np.nan if R is None else R / paper_R} for seed, R in sorted(runs)]
+    return pd.DataFrame(rows, columns=["p", "σ", "B", "seed", "R paper", "R ours", "R ours / paper"])
 
 
 def pending_rows(published: pd.DataFrame, done: dict, needs: str, ratios_done: bool = False) -> list[dict]:
