@@ -24,6 +24,7 @@ EXPERIMENTS = {"aldaghri_fedhdp": "fedhdp_"}
 #: notebooks that read the cells computed at the paper's setting whatever the profile: their smoke run gets the
 #: committed cache, so that every reproduced row (quantity prefix, count at least) is asserted there too
 PAPER_CELLS = {"zheng2021": (("Table 1 R at 90 %, p=", 9), ("Table 1 μ_max at our R, p=", 9),
+                             ("Fig. 4.1 at the paper's setting (100 clients, p = 0.5)", 1),
                              ("Table 1 accuracy at R (%), p=", 9),
                              ("Table 1 non-private accuracy at R (%), p=", 9))}
 
@@ -75,6 +76,14 @@ def test_notebook_smoke_run_asserts_its_numbers(paper, tmp_path):
         assert len(lean) == 1 and lean.kind.iloc[0] == "beyond" and len(rounds) >= 8
         ratio = pd.to_numeric(rounds.ours) / pd.to_numeric(rounds.reference)
         assert float(lean.ours.iloc[0]) == pytest.approx(float(np.exp(np.log(ratio).mean())), rel=1e-3)
+        # §9's seed row: the mean of the cell's R at each cached seed, seed 0's R being Table 1's own row
+        spread = pd.read_csv(out / "rounds_by_seed.csv").query("p == 1 and `σ` == 0.75").set_index("seed")
+        seeds = computed[computed.quantity == "Beyond the paper: Table 1 R at 90 %, p=1 σ=0.75, mean over seeds "
+                         + ", ".join(map(str, spread.index))]
+        table1 = computed[computed.quantity == "Table 1 R at 90 %, p=1 σ=0.75"]
+        assert len(spread) >= 2 and len(seeds) == 1 and seeds.kind.iloc[0] == "beyond", spread.to_string()
+        assert float(seeds.ours.iloc[0]) == pytest.approx(spread["R ours"].mean())
+        assert spread.loc[0, "R ours"] == float(table1.ours.iloc[0]) and (spread["R paper"] == 64).all()
     assert list(out.glob("*.png")) and list(out.glob("*.pdf")) and list(out.glob("*.md"))
     if paper in RECONSTRUCTIONS:                      # every figure and table says it is one
         outputs = [p.name for p in out.glob("*.*") if p.suffix in (".png", ".csv") and p.stem != "comparisons"]

@@ -141,6 +141,33 @@ def test_plot_paper_cells_draws_one_panel_per_p_one_colour_per_sigma_and_the_pap
         zp.plot_paper_cells({(1.0, 0.8): done[(1.0, 1.0)]}, published())
 
 
+def test_plot_personalized_vs_global_draws_both_curves_per_sigma_at_the_evaluated_rounds():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from dpfl.experiments import zheng2021_plots as zp
+
+    evaluated = _metrics([0.3, 0.6, 0.8, 0.91], local=[np.nan, 0.62, np.nan, 0.93])   # evaluated at rounds 2 and 4
+    fig = zp.plot_personalized_vs_global({0.75: evaluated, None: _metrics([0.9, 0.95])}, "Fig. 4.1", "setting")
+    (ax,) = fig.axes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert set(lines) == {"σ = 0.75, personalized", "σ = 0.75, global", "non-private, personalized", "non-private, global"}
+    assert list(lines["σ = 0.75, personalized"].get_xdata()) == [2, 4]
+    assert list(lines["σ = 0.75, personalized"].get_ydata()) == pytest.approx([62, 93])
+    assert list(lines["σ = 0.75, global"].get_ydata()) == pytest.approx([50, 50])             # the same rounds
+    assert to_hex(lines["σ = 0.75, global"].get_color()) == zp.SIGMA_COLORS[0.75].lower()
+    assert to_hex(lines["non-private, personalized"].get_color()) == "#000000"
+    assert ax.get_title() == "Fig. 4.1" and [t.get_text() for t in ax.texts] == ["setting"]
+    plt.close(fig)
+    with pytest.raises(ValueError, match="curves is empty"):
+        zp.plot_personalized_vs_global({}, "t")
+    with pytest.raises(ValueError, match=r"σ = \[0\.8\]"):
+        zp.plot_personalized_vs_global({0.8: evaluated}, "t")
+
+
 def test_rounds_offset_sets_our_R_against_the_papers_with_the_accuracy_gap_it_stands_for():
     """§9 of the notebook: per cell, R ours / R paper and our accuracy at the paper's R; the summary's
     geometric mean, count above, range and mean gap below the target, on hand-made metrics."""

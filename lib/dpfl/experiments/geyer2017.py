@@ -356,8 +356,8 @@ def cached_grid(cache, profile: str, K: int, **common) -> tuple[list, int]:
     and the grid's size (nothing is computed). Table 1's K = 1000 and 10 000 rows on a machine that does not
     train them: the notebook searches these runs, a partial grid while fewer than the size are cached."""
     configs = dp_grid(profile, K, **common)
-    hits = ((c, cache.load(c)) for c in configs)
-    return [(hit.config, hit.value) for c, hit in hits if hit is not None], len(configs)
+    hits = (cache.load(c) for c in configs)
+    return [(hit.config, hit.value) for hit in hits if hit is not None], len(configs)
 
 
 def nondp_run(profile: str, **common) -> GeyerRun:

@@ -1,9 +1,9 @@
-"""Figures of Zheng et al. (2021)'s cells computed at the paper's setting (``notebooks/zheng2021_federated_fdp.ipynb``)."""
+"""Figures of Zheng et al. (2021) drawn from runs' metrics (``notebooks/zheng2021_federated_fdp.ipynb``)."""
 from __future__ import annotations
 
 import pandas as pd
 
-__all__ = ["SIGMA_COLORS", "plot_paper_cells", "plot_rounds_offset"]
+__all__ = ["SIGMA_COLORS", "plot_paper_cells", "plot_personalized_vs_global", "plot_rounds_offset"]
 
 #: one colour per noise multiplier σ (Okabe–Ito, readable in colour-blind vision), the same in every panel
 SIGMA_COLORS = {1.0: "#0072B2", 0.9: "#E69F00", 0.75: "#009E73", 0.5: "#CC79A7"}
@@ -48,6 +48,35 @@ def plot_paper_cells(done: dict, published: pd.DataFrame, table: str = "1", targ
     fig.suptitle(f"Table {table} at the paper's setting (100 clients), the cells computed so far: solid, the paper's "
                  f"metric (stored local accuracy); dotted, the global model; dashed, the paper's R", fontsize=8.5)
     fig.tight_layout()
+    return fig
+
+
+def plot_personalized_vs_global(curves: dict, title: str, setting: str = "", ylabel: str = "average test accuracy %"):
+    """Fig. 4.1 (MNIST) and Fig. 4.3 (CIFAR-10) of Zheng et al. (2021): per σ, the personalized accuracy (every
+    client's own model on its own test set, ``acc_local_all``: solid, at the rounds it was evaluated) and the
+    global model's on the same test sets (``acc_global``: dashed), in the σ's colour (:data:`SIGMA_COLORS`; black
+    for the non-private run). The paper draws the personalized curves above the global ones.
+
+    ``curves``: {σ, or None for the non-private run: a run's metrics}; ``setting``: a line under the axes
+    (the profile, the clients, the device). Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    if not curves:
+        raise ValueError("curves is empty: no run to plot")
+    unknown = sorted({s for s in curves if s is not None} - set(SIGMA_COLORS))
+    if unknown:
+        raise ValueError(f"σ = {unknown} has no colour: SIGMA_COLORS covers σ in {sorted(SIGMA_COLORS)}")
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    for s, metrics in curves.items():
+        m = metrics.dropna(subset=["acc_local_all"])
+        color, name = ("k", "non-private") if s is None else (SIGMA_COLORS[s], f"σ = {s:g}")
+        ax.plot(m["round"], 100 * m["acc_local_all"], color=color, marker=".", label=f"{name}, personalized")
+        ax.plot(m["round"], 100 * m["acc_global"], color=color, ls="--", lw=1, label=f"{name}, global")
+    ax.set(xlabel="round", ylabel=ylabel, title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    if setting:
+        ax.text(0.01, -0.25, setting, transform=ax.transAxes, fontsize=7)
     return fig
 
 
