@@ -168,6 +168,54 @@ def test_plot_personalized_vs_global_draws_both_curves_per_sigma_at_the_evaluate
         zp.plot_personalized_vs_global({0.8: evaluated}, "t")
 
 
+def test_batch_size_claim_holds_only_where_B8_needs_more_rounds_than_B16_at_every_sigma():
+    run = lambda s, B, stored: (ZhengRun("mnist", 0.5, s, B, len(stored)), _metrics(stored))
+    pairs = {(1.0, 8): run(1.0, 8, [0.5, 0.8, 0.91]), (1.0, 16): run(1.0, 16, [0.6, 0.92]),
+             (0.75, 8): run(0.75, 8, [0.5, 0.95]), (0.75, 16): run(0.75, 16, [0.95])}
+    claim = zt.batch_size_claim(pairs, 0.9, "here")
+    assert claim == dict(statement="B = 8 needs more rounds than B = 16 to reach 90% (here, σ = 1, 0.75)", holds=True,
+                         source="Table 2, §4", note="σ=1: R = 3 (B = 8) vs 2 (B = 16); σ=0.75: R = 2 (B = 8) vs 1 (B = 16)")
+    pairs[(0.75, 8)] = run(0.75, 8, [0.95])                               # equal R: B = 8 does not need more
+    assert not zt.batch_size_claim(pairs, 0.9, "here")["holds"]
+    pairs[(0.75, 8)] = run(0.75, 8, [0.5])                                # B = 8 never reaches it: more rounds
+    assert zt.batch_size_claim(pairs, 0.9, "here")["holds"]
+    pairs[(0.75, 16)] = run(0.75, 16, [0.5, 0.6])                         # B = 16 never reaches it: no evidence
+    assert not zt.batch_size_claim(pairs, 0.9, "here")["holds"]
+    partial = {k: v for k, v in pairs.items() if k != (1.0, 16)}         # σ = 1 has no B = 16 partner: left out
+    assert "σ = 0.75)" in zt.batch_size_claim(partial, 0.9, "here")["statement"]
+    with pytest.raises(ValueError, match="no σ at both"):
+        zt.batch_size_claim({(1.0, 8): pairs[(1.0, 8)]}, 0.9, "here")
+
+
+def test_plot_batch_sizes_draws_B8_dashed_and_B16_solid_in_the_sigmas_colour_on_both_panels():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from dpfl.experiments import zheng2021_plots as zp
+
+    b8 = _metrics([0.2, 0.5, 0.7, 0.91], loss=[2.0, np.nan, 1.5, 1.2])             # the loss evaluated at 3 rounds
+    pairs = {(0.75, 8): (ZhengRun("mnist", 0.5, 0.75, 8, 4), b8),
+             (0.75, 16): (ZhengRun("mnist", 0.5, 0.75, 16, 2), _metrics([0.6, 0.92]))}
+    fig = zp.plot_batch_sizes(pairs, "Fig. 4.2", "setting")
+    accuracy, loss = fig.axes
+    for ax, rounds8 in ((accuracy, [1, 2, 3, 4]), (loss, [1, 3, 4])):
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        assert set(lines) == {"σ = 0.75, B = 8", "σ = 0.75, B = 16"}
+        assert list(lines["σ = 0.75, B = 8"].get_xdata()) == rounds8
+        assert (lines["σ = 0.75, B = 8"].get_linestyle(), lines["σ = 0.75, B = 16"].get_linestyle()) == ("--", "-")
+        assert to_hex(lines["σ = 0.75, B = 8"].get_color()) == zp.SIGMA_COLORS[0.75].lower()
+    assert list(lines["σ = 0.75, B = 8"].get_ydata()) == pytest.approx([2.0, 1.5, 1.2])
+    assert accuracy.get_title() == "Fig. 4.2" and [t.get_text() for t in accuracy.texts] == ["setting"]
+    plt.close(fig)
+    with pytest.raises(ValueError, match="pairs is empty"):
+        zp.plot_batch_sizes({}, "t")
+    with pytest.raises(ValueError, match=r"σ = \[0\.8\]"):
+        zp.plot_batch_sizes({(0.8, 8): pairs[(0.75, 8)]}, "t")
+
+
 def test_rounds_offset_sets_our_R_against_the_papers_with_the_accuracy_gap_it_stands_for():
     """§9 of the notebook: per cell, R ours / R paper and our accuracy at the paper's R; the summary's
     geometric mean, count above, range and mean gap below the target, on hand-made metrics."""

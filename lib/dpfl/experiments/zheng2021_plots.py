@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-__all__ = ["SIGMA_COLORS", "plot_paper_cells", "plot_personalized_vs_global", "plot_rounds_offset"]
+__all__ = ["SIGMA_COLORS", "plot_batch_sizes", "plot_paper_cells", "plot_personalized_vs_global", "plot_rounds_offset"]
 
 #: one colour per noise multiplier σ (Okabe–Ito, readable in colour-blind vision), the same in every panel
 SIGMA_COLORS = {1.0: "#0072B2", 0.9: "#E69F00", 0.75: "#009E73", 0.5: "#CC79A7"}
@@ -74,6 +74,35 @@ def plot_personalized_vs_global(curves: dict, title: str, setting: str = "", yla
         ax.plot(m["round"], 100 * m["acc_global"], color=color, ls="--", lw=1, label=f"{name}, global")
     ax.set(xlabel="round", ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    if setting:
+        ax.text(0.01, -0.25, setting, transform=ax.transAxes, fontsize=7)
+    return fig
+
+
+def plot_batch_sizes(pairs: dict, title: str, setting: str = ""):
+    """Fig. 4.2 of Zheng et al. (2021): B = 8 (dashed) against B = 16 (solid) at one p, one colour per σ
+    (:data:`SIGMA_COLORS`). Left, the paper's metric (every client's stored local accuracy); right, the
+    global model's test loss at the rounds it was evaluated (the gauge that does not depend on which clients a
+    round sampled). ``pairs``: {(σ, B): (config, metrics)} (``zheng2021_tables.batch_size_pairs``, or the
+    profile's own runs); ``setting``: a line under the axes. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    if not pairs:
+        raise ValueError("pairs is empty: no run to plot")
+    unknown = sorted({s for s, _ in pairs} - set(SIGMA_COLORS))
+    if unknown:
+        raise ValueError(f"σ = {unknown} has no colour: SIGMA_COLORS covers σ in {sorted(SIGMA_COLORS)}")
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
+    for (s, B), (_, metrics) in sorted(pairs.items(), reverse=True):
+        style = dict(color=SIGMA_COLORS[s], ls="--" if B == 8 else "-", label=f"σ = {s:g}, B = {B}")
+        ax.plot(metrics["round"], 100 * metrics.acc_stored_local, **style)
+        m = metrics.dropna(subset=["loss_global"])
+        ax2.plot(m["round"], m.loss_global, **style)
+    ax.set(xlabel="round", ylabel="average test accuracy % (stored, paper's)", title=title)
+    ax2.set(xlabel="round", ylabel="global model's test loss (nats)", title="the same runs: global test loss")
+    for a in (ax, ax2):
+        a.grid(alpha=0.3)
     ax.legend(fontsize=7)
     if setting:
         ax.text(0.01, -0.25, setting, transform=ax.transAxes, fontsize=7)
