@@ -269,12 +269,45 @@ def test_one_noise_draw_and_one_mask_draw_per_client_and_step(model, per_step):
     assert count.draws == per_step * m * steps
 
 
+def test_im2col_is_unfold_exactly_and_batches_under_vmap():
+    """``models.im2col`` (a strided view and one copy) holds F.unfold's values in F.unfold's layout, bit for
+    bit, alone and under ``vmap`` over clients and samples as the routes call it, and so do the gradients
+    that flow back through it (F.unfold's own col2im), with no per-element fallback of ``vmap`` (PyTorch warns
+    of "a performance drop" where an operation has no batching rule, as ``unfold_backward`` has none)."""
+    import warnings
+
+    import torch.nn.functional as F
+    from torch.func import vmap
+
+    from dpfl.models import im2col
+
+    g = torch.Generator().manual_seed(0)
+    for shape, kernel in (((2, 1, 28, 28), (3, 3)), ((3, 32, 26, 26), (3, 3)), ((2, 3, 9, 7), (5, 2)), ((1, 4, 3, 3), (3, 3))):
+        h = torch.randn(*shape, generator=g)
+        assert torch.equal(im2col(h, kernel), F.unfold(h, kernel)), (shape, kernel)
+    h = torch.randn(4, 5, 3, 10, 9, generator=g)                          # clients × samples × (C, H, W)
+    per_sample = lambda fn: vmap(vmap(lambda x: fn(x.unsqueeze(0), (3, 3))[0]))
+    assert torch.equal(per_sample(im2col)(h), per_sample(F.unfold)(h))
+    coefficients = torch.randn(27, 56, generator=g)                     # one sample's columns: (3·3², 8·7)
+    grads = []
+    for fn in (im2col, F.unfold):
+        x = h.clone().requires_grad_()
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=".*performance drop")
+            (per_sample(fn)(x) * coefficients).sum().backward()
+            grads.append(x.grad)
+            grads.append(vmap(vmap(torch.func.grad(lambda xi: (fn(xi.unsqueeze(0), (3, 3))[0] * coefficients).sum())))(h))
+    assert all(torch.equal(grads[0], other) for other in grads[1:])
+
+
 @pytest.mark.parametrize("model", [MNIST_CNN, CIFAR_CNN])
 @pytest.mark.parametrize("dp", [False, True])
 def test_the_matmul_route_runs_no_convolution(model, dp):
     """``per_sample="matmul"`` (the GPU's candidate for cuDNN's one-kernel-per-client convolutions)
     computes every convolution of a step, forward and backward, private or not, as matrix products:
-    no ATen convolution is left, where the default route runs them. The convolutions' output shapes are
+    no ATen convolution is left, where the default route runs them. Nor is ATen's ``im2col``, whose CUDA
+    kernel runs once per batch element (6 400 launches in a profiled round: ``models.im2col``), in this
+    route or in ``unfold``'s. The convolutions' output shapes are
     inferred on the ``meta`` device once per shape (cached): cleared here, so that the first call's
     inference runs inside the count, which must skip it (it launches no kernel)."""
     from dpfl.federated.local import _conv_outputs_of
@@ -286,13 +319,15 @@ def test_the_matmul_route_runs_no_convolution(model, dp):
     params = {k: v.unsqueeze(0).repeat(m, *[1] * v.ndim) for k, v in model.init(torch.Generator().manual_seed(0)).items()}
     x = torch.randn(m, 1, 3, *model.input_shape)
     y = torch.randint(0, 10, (m, 1, 3))
-    convolutions = {}
-    for route in ("ghost", "matmul"):
+    convolutions, im2cols = {}, {}
+    for route in ("ghost", "matmul") + (("unfold",) if dp else ()):
         cfg = LocalConfig(dp=dp, noise_multiplier=1.0 if dp else 0.0, per_sample=route)
         with OpCounter() as count:
             local_train(model, cfg, params, init_state(params, cfg), x, y, client_generators(0, 1, range(m)), chunk=m)
         convolutions[route] = sum(n for name, n in count.names.items() if name.startswith("convolution"))
+        im2cols[route] = count.names["im2col"]
     assert convolutions["ghost"] >= len(model.convs) and convolutions["matmul"] == 0
+    assert set(im2cols.values()) == {0}, im2cols
 
 
 @pytest.mark.parametrize("model", [MNIST_CNN, CIFAR_CNN], ids=["mnist_cnn", "cifar_cnn"])

@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-__all__ = ["Model", "Tap", "MNIST_CNN", "CIFAR_CNN", "GEYER_MLP", "FEMNIST_CNN", "cifar_cnn", "fedhdp_mlp", "softmax_regression",
+__all__ = ["Model", "Tap", "im2col", "MNIST_CNN", "CIFAR_CNN", "GEYER_MLP", "FEMNIST_CNN", "cifar_cnn", "fedhdp_mlp", "softmax_regression",
            "get_model"]
 
 
@@ -86,13 +86,48 @@ def _fc(p, name, h, tap: Tap | None = None):
     return _tapped(F.linear(h, p[name + ".weight"], p.get(name + ".bias")), name, h, tap)
 
 
+class _Im2col(torch.autograd.Function):
+    """:func:`im2col`'s forward as a strided view and one copy, its backward as ``F.fold`` (ATen's col2im,
+    F.unfold's own backward: the same sums in the same order). Without it autograd would differentiate the
+    view by ``unfold_backward``, which ``vmap`` runs one batch element at a time (it has no batching rule)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(h, kernel):
+        kh, kw = kernel
+        patches = h.unfold(-2, kh, 1).unfold(-2, kw, 1)               # (N, C, H', W', kh, kw), a view
+        n, c, rows, cols = patches.shape[:4]
+        return patches.permute(0, 1, 4, 5, 2, 3).reshape(n, c * kh * kw, rows * cols)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        h, kernel = inputs
+        ctx.kernel, ctx.size = tuple(kernel), tuple(h.shape[-2:])
+
+    @staticmethod
+    def backward(ctx, grad_cols):
+        return F.fold(grad_cols, ctx.size, ctx.kernel), None
+
+
+def im2col(h, kernel: tuple):
+    """``F.unfold(h, kernel)`` for stride 1, no padding and no dilation: (N, C, H, W) → (N, C·kh·kw, H'·W'),
+    the same values in the same layout (row c·kh·kw + i·kw + j, column y·W' + x holds h[n, c, y + i, x + j])
+    and the same gradient, bit for bit. CUDA's ``im2col`` launches one kernel per batch element: under ``vmap``
+    over clients and samples, 6 400 launches in one profiled MnistCNN round of 100 clients
+    (``benchmarks/gpu/2026-11-27/profile_routes.txt``, the matmul route). Here the forward pass is one copy of a
+    strided view of the whole batch, and the backward pass F.unfold's own batched col2im
+    (docs/per-sample-gradients.md §2)."""
+    return _Im2col.apply(h, tuple(kernel))
+
+
 def _conv2d(p, name, h, tap: Tap | None = None):
     """A convolution of stride 1 without padding, tapped when ``tap`` probes it (as a matrix product
     of the unfolded input when the tap asks for it: the same numbers up to round-off)."""
     weight, bias = p[name + ".weight"], p[name + ".bias"]
     if tap is None or not tap.matmul:
         return _tapped(F.conv2d(h, weight, bias), name, h, tap)
-    cols = F.unfold(h, weight.shape[-2:])                                       # (N, in·k², L)
+    cols = im2col(h, weight.shape[-2:])                                         # (N, in·k², L)
     side = tuple(n - k + 1 for n, k in zip(h.shape[-2:], weight.shape[-2:]))
     return _tapped((weight.flatten(1) @ cols + bias[:, None]).unflatten(-1, side), name, cols, tap)
 

@@ -24,7 +24,7 @@ from torch.func import grad, vmap
 
 from dpfl import checks
 from dpfl.federated import mlp_sgd
-from dpfl.models import Model, Tap
+from dpfl.models import Model, Tap, im2col
 
 __all__ = ["CONV_ROUTES", "LocalConfig", "init_state", "local_train", "updates_from", "client_generators", "step_noise", "take", "put"]
 
@@ -137,7 +137,7 @@ def _conv_grads_unfolded(a, g):
     ``a`` (B, in, H, W) and output gradients ``g`` (B, out, H', W'), as (B, out, in·k²) and (B, out):
     g_i · unfold(a_i)ᵀ."""
     kernel = tuple(n - m + 1 for n, m in zip(a.shape[2:], g.shape[2:]))
-    return _conv_grads_of_columns(F.unfold(a, kernel), g)
+    return _conv_grads_of_columns(im2col(a, kernel), g)
 
 
 def _conv_grads_grouped(a, g):
