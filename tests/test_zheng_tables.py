@@ -141,6 +141,17 @@ def test_plot_paper_cells_draws_one_panel_per_p_one_colour_per_sigma_and_the_pap
         zp.plot_paper_cells({(1.0, 0.8): done[(1.0, 1.0)]}, published())
 
 
+def test_personalization_claim_holds_only_where_personalized_beats_global_at_every_sigma():
+    above = _metrics([0.5] * 4, local=[0.6, np.nan, 0.7, 0.9])          # global 0.5: +10, +20, +40 pp at rounds 1, 3, 4
+    below = _metrics([0.5] * 2, local=[0.9, 0.4])                        # second half: −10 pp
+    claim = zt.personalization_claim({1.0: above}, "Fig. 4.1 here")
+    assert claim == dict(statement="Fig. 4.1 here: personalized models beat the global model (mean over the second half "
+                                   "of the evaluated rounds)", holds=True, note="σ=1: +30.0 pp to round 4")
+    assert not zt.personalization_claim({1.0: above, 0.75: below}, "x")["holds"]
+    with pytest.raises(ValueError, match="curves is empty"):
+        zt.personalization_claim({}, "x")
+
+
 def test_plot_personalized_vs_global_draws_both_curves_per_sigma_at_the_evaluated_rounds():
     import matplotlib
 

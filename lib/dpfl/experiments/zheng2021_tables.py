@@ -14,7 +14,7 @@ from dpfl.accounting import tradeoff as tf
 from dpfl.experiments.zheng2021 import TARGETS, first_round
 
 __all__ = ["TABLE2_RATIOS", "C_HALF_G1", "at_round", "mu_max", "mu_max_table", "rounds_table", "rounds_comparisons",
-           "pending_rows", "rounds_offset", "offset_summary", "seed_spread", "batch_size_claim",
+           "pending_rows", "rounds_offset", "offset_summary", "seed_spread", "batch_size_claim", "personalization_claim",
            "batch_size_table", "batch_size_pairs", "batch_size_ratios", "ratio_comparisons", "loss_gaps", "personalization_gaps", "metric_table",
            "exact_bracket", "tightness_row"]
 
@@ -290,6 +290,20 @@ def personalization_gaps(curves: dict) -> dict:
         m = m.dropna(subset=["acc_local_all"])
         out[s] = float((m["acc_local_all"] - m["acc_global"]).iloc[len(m) // 2:].mean())
     return out
+
+
+def personalization_claim(curves: dict, setting: str) -> dict:
+    """Figs. 4.1 and 4.3's statement that the personalized models beat the global one, as keyword arguments of
+    ``Notebook.claim`` (its ``source`` left to the caller): it holds when :func:`personalization_gaps` is
+    positive at every σ of ``curves`` ({σ: metrics}); the note gives each gap and the last round the run
+    reached. ``setting``: the statement's opening, the figure and how its runs were made."""
+    if not curves:
+        raise ValueError("curves is empty: no run to compare")
+    gaps = personalization_gaps(curves)
+    return dict(statement=f"{setting}: personalized models beat the global model (mean over the second half of the "
+                          "evaluated rounds)", holds=all(g > 0 for g in gaps.values()),
+                note=", ".join(f"σ={s:g}: {100 * g:+.1f} pp to round {int(curves[s]['round'].max())}"
+                               for s, g in gaps.items()))
 
 
 def metric_table(runs: dict, target: float) -> pd.DataFrame:
