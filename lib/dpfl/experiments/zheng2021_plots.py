@@ -9,6 +9,13 @@ __all__ = ["SIGMA_COLORS", "plot_batch_sizes", "plot_paper_cells", "plot_persona
 SIGMA_COLORS = {1.0: "#0072B2", 0.9: "#E69F00", 0.75: "#009E73", 0.5: "#CC79A7"}
 
 
+def _check_colours(sigmas) -> None:
+    """Raise before drawing when a σ has no colour in :data:`SIGMA_COLORS`."""
+    unknown = sorted(set(sigmas) - set(SIGMA_COLORS))
+    if unknown:
+        raise ValueError(f"σ = {unknown} has no colour: SIGMA_COLORS covers σ in {sorted(SIGMA_COLORS)}")
+
+
 def plot_paper_cells(done: dict, published: pd.DataFrame, table: str = "1", target: float = 0.9):
     """Table ``table``'s cells computed at the paper's setting, round by round: one panel per client
     sampling rate p, one colour per σ (:data:`SIGMA_COLORS`); in each, the paper's metric (every client's
@@ -21,9 +28,7 @@ def plot_paper_cells(done: dict, published: pd.DataFrame, table: str = "1", targ
 
     if not done:
         raise ValueError("done is empty: no cell computed at the paper's setting to plot")
-    unknown = sorted({s for _, s in done} - set(SIGMA_COLORS))
-    if unknown:
-        raise ValueError(f"σ = {unknown} has no colour: SIGMA_COLORS covers σ in {sorted(SIGMA_COLORS)}")
+    _check_colours(s for _, s in done)
     ps = sorted({p for p, _ in done}, reverse=True)
     fig, axes = plt.subplots(1, len(ps), figsize=(3.3 * len(ps) + 1.2, 3.4), sharey=True, squeeze=False)
     for ax, p in zip(axes[0], ps):
@@ -63,9 +68,7 @@ def plot_personalized_vs_global(curves: dict, title: str, setting: str = "", yla
 
     if not curves:
         raise ValueError("curves is empty: no run to plot")
-    unknown = sorted({s for s in curves if s is not None} - set(SIGMA_COLORS))
-    if unknown:
-        raise ValueError(f"σ = {unknown} has no colour: SIGMA_COLORS covers σ in {sorted(SIGMA_COLORS)}")
+    _check_colours(s for s in curves if s is not None)
     fig, ax = plt.subplots(figsize=(5, 3.4))
     for s, metrics in curves.items():
         m = metrics.dropna(subset=["acc_local_all"])
@@ -90,9 +93,7 @@ def plot_batch_sizes(pairs: dict, title: str, setting: str = ""):
 
     if not pairs:
         raise ValueError("pairs is empty: no run to plot")
-    unknown = sorted({s for s, _ in pairs} - set(SIGMA_COLORS))
-    if unknown:
-        raise ValueError(f"σ = {unknown} has no colour: SIGMA_COLORS covers σ in {sorted(SIGMA_COLORS)}")
+    _check_colours(s for s, _ in pairs)
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
     for (s, B), (_, metrics) in sorted(pairs.items(), reverse=True):
         style = dict(color=SIGMA_COLORS[s], ls="--" if B == 8 else "-", label=f"σ = {s:g}, B = {B}")
