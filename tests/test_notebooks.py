@@ -84,6 +84,9 @@ def test_notebook_smoke_run_asserts_its_numbers(paper, tmp_path):
         assert len(spread) >= 2 and len(seeds) == 1 and seeds.kind.iloc[0] == "beyond", spread.to_string()
         assert float(seeds.ours.iloc[0]) == pytest.approx(spread["R ours"].mean())
         assert spread.loc[0, "R ours"] == float(table1.ours.iloc[0]) and (spread["R paper"] == 64).all()
+        # Fig. 4.1 at the paper's setting: personalized − global over the second half, from the committed cells
+        fig41 = computed[computed.quantity.str.startswith("Fig. 4.1 at the paper's setting")]
+        assert fig41.note.tolist() == ["σ=0.75: +10.0 pp to round 133, σ=1: +8.8 pp to round 210"]
     assert list(out.glob("*.png")) and list(out.glob("*.pdf")) and list(out.glob("*.md"))
     if paper in RECONSTRUCTIONS:                      # every figure and table says it is one
         outputs = [p.name for p in out.glob("*.*") if p.suffix in (".png", ".csv") and p.stem != "comparisons"]
