@@ -122,6 +122,40 @@ def test_a_run_without_noise_reads_no_guarantee(name):
         assert (metrics[PRIVACY_COLUMNS[name]] == expected).all().all(), metrics[PRIVACY_COLUMNS[name]]
 
 
+class _Clock:
+    """A stand-in for the loop's ``time`` module: a clock that moves only when a round says so."""
+
+    def __init__(self):
+        self.now = 1e9
+
+    def time(self):
+        return self.now
+
+    perf_counter = time
+
+
+def test_the_deadline_paces_by_the_recent_rounds_so_one_slow_round_ages_out(monkeypatch):
+    """Round 1 takes 100 s (a round slowed by other work on a shared CPU), every later one 1 s. The deadline
+    check's pace is the longest of the last 3 rounds, so the run stops before round 2 while that round is in
+    the window and 1.5 × 100 s would pass the deadline, and runs all 20 rounds once it has aged out. (By the
+    longest round ever it would have stopped before round 12, 150 s short of a deadline it had 140 s of
+    room before.)"""
+    clock = _Clock()
+    monkeypatch.setattr(loop, "time", clock)
+    original = ClientLevelDP.round
+
+    def timed(self, r):
+        clock.now += 100.0 if r.t == 1 else 1.0
+        return original(self, r)
+
+    monkeypatch.setattr(ClientLevelDP, "round", timed)
+    start = clock.now
+    with pytest.raises(loop.Interrupted, match=r"before round 2 of 20:.*the last 1 took 100\.0 s"):
+        _run("client_dp", rounds=20, deadline=start + 240)
+    clock.now = start
+    assert len(_run("client_dp", rounds=20, deadline=start + 260)) == 20
+
+
 def test_a_deadline_without_a_checkpoint_still_stops_cleanly():
     with pytest.raises(loop.Interrupted, match="no checkpoint"):
         _run("prifedsync", deadline=time.time() - 1)

@@ -22,16 +22,19 @@ what one round does; everything else lives here, once (the shape of apple/pfl-re
   checkpoint resumes bit-identically (CPU) and refuses one written by another configuration; the
   returned table's ``attrs["segments"]`` lists the stretches the run took (first round, commit, start
   time), which ``dpfl.runs`` records in a resumed run's provenance;
-* a ``deadline`` (``time.time()`` seconds): before a round that would end after it, the loop saves a
-  checkpoint and raises :class:`Interrupted`, so a time-limited machine loses no finished round; with
-  ``whole=True`` it stops (:class:`CannotFinish`) as soon as the rounds left, at the longest round's
-  pace, would end after it — for a machine whose disk goes away at the deadline, where a partial run
-  is lost with its checkpoint.
+* a ``deadline`` (``time.time()`` seconds): before a round that would end after it (less than 1.5 × the
+  longest of the last ``max(3, eval_every)`` rounds left: a window that always holds an evaluated round, and
+  that a round slowed by other work on a shared CPU leaves after a while instead of ending every later
+  stretch early), the loop saves a checkpoint and raises :class:`Interrupted`, so a time-limited machine
+  loses no finished round; with ``whole=True`` it stops (:class:`CannotFinish`) as soon as the rounds
+  left, at the longest round's pace, would end after it — for a machine whose disk goes away at the
+  deadline, where a partial run is lost with its checkpoint.
 
 An algorithm subclasses :class:`Algorithm` and overrides what differs.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime
 import time
@@ -237,14 +240,16 @@ def run(algorithm: Algorithm, fd: FederatedDataset, *, checkpoint: Path | None =
 
     bar = tqdm(total=rounds, initial=first - 1, disable=not progress, desc="rounds", leave=False)
     last_save, longest = time.time(), 0.0
+    recent = collections.deque(maxlen=max(3, cfg.eval_every))     # the deadline's pace (module docstring)
     try:
         for t in range(first, rounds + 1):
-            if deadline is not None and time.time() + 1.5 * longest > deadline:
+            pace = max(recent, default=0.0)
+            if deadline is not None and time.time() + 1.5 * pace > deadline:
                 saved_now = checkpoint is not None and bool(rows)
                 if saved_now:
                     save()
                 raise Interrupted(f"stopped before round {t} of {rounds}: the deadline leaves too little time for "
-                                  f"another round (the longest took {longest:.1f} s); "
+                                  f"another round (the longest of the last {len(recent)} took {pace:.1f} s); "
                                   + (f"checkpoint {checkpoint} holds rounds 1–{t - 1}" if saved_now else "no checkpoint"))
             start = time.perf_counter()
             rng = round_rng(seed, t)
@@ -260,6 +265,7 @@ def run(algorithm: Algorithm, fd: FederatedDataset, *, checkpoint: Path | None =
                 row.update(algorithm.evaluate(r))
             row["seconds"] = time.perf_counter() - start
             longest = max(longest, row["seconds"])
+            recent.append(row["seconds"])
             rows.append(row)
             bar.update(1)
             if row.get(algorithm.progress_metric) is not None:
