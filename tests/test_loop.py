@@ -137,9 +137,8 @@ class _Clock:
 def test_the_deadline_paces_by_the_recent_rounds_so_one_slow_round_ages_out(monkeypatch):
     """Round 1 takes 100 s (a round slowed by other work on a shared CPU), every later one 1 s. The deadline
     check's pace is the longest of the last 3 rounds, so the run stops before round 2 while that round is in
-    the window and 1.5 × 100 s would pass the deadline, and runs all 20 rounds once it has aged out. (By the
-    longest round ever it would have stopped before round 12, 150 s short of a deadline it had 140 s of
-    room before.)"""
+    the window and 1.5 × 100 s would pass the deadline, and runs all 20 rounds once it has aged out. (Paced by
+    the longest round ever, the second run would stop before round 12, with 149 s left for 1 s rounds.)"""
     clock = _Clock()
     monkeypatch.setattr(loop, "time", clock)
     original = ClientLevelDP.round

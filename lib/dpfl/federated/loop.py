@@ -22,11 +22,10 @@ what one round does; everything else lives here, once (the shape of apple/pfl-re
   checkpoint resumes bit-identically (CPU) and refuses one written by another configuration; the
   returned table's ``attrs["segments"]`` lists the stretches the run took (first round, commit, start
   time), which ``dpfl.runs`` records in a resumed run's provenance;
-* a ``deadline`` (``time.time()`` seconds): before a round that would end after it (less than 1.5 × the
-  longest of the last ``max(3, eval_every)`` rounds left: a window that always holds an evaluated round, and
-  that a round slowed by other work on a shared CPU leaves after a while instead of ending every later
-  stretch early), the loop saves a checkpoint and raises :class:`Interrupted`, so a time-limited machine
-  loses no finished round; with ``whole=True`` it stops (:class:`CannotFinish`) as soon as the rounds
+* a ``deadline`` (``time.time()`` seconds): before a round that would end after it, the loop saves a
+  checkpoint and raises :class:`Interrupted`, so a time-limited machine loses no finished round. "Would end
+  after it": less than 1.5 × the longest of the last ``max(3, eval_every)`` rounds is left — a window that
+  always holds an evaluated round, and that a one-off slow round (other work on a shared CPU) leaves; with ``whole=True`` it stops (:class:`CannotFinish`) as soon as the rounds
   left, at the longest round's pace, would end after it — for a machine whose disk goes away at the
   deadline, where a partial run is lost with its checkpoint.
 
