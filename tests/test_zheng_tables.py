@@ -135,6 +135,11 @@ def test_plot_paper_cells_draws_one_panel_per_p_one_colour_per_sigma_and_the_pap
     assert list(lines["non-private twin"].get_xdata()) == [1, 2, 3, 4]               # to the last round of its cells
     assert "non-private twin" not in {line.get_label() for line in second.get_lines()}
     plt.close(fig)
+    single = zp.plot_paper_cells({(0.5, 0.75): (cell(0.5, 0.75), _metrics([0.4, 0.92]), None)}, published(), "2")
+    single.canvas.draw()                                   # one panel: the title wraps inside the figure's width
+    assert single.get_suptitle().count("\n") >= 1
+    assert single._suptitle.get_window_extent().width <= single.bbox.width
+    plt.close(single)
     with pytest.raises(ValueError, match="done is empty"):
         zp.plot_paper_cells({}, published())
     with pytest.raises(ValueError, match=r"σ = \[0\.8\]"):

@@ -1,6 +1,8 @@
 """Figures of Zheng et al. (2021) drawn from runs' metrics (``notebooks/zheng2021_federated_fdp.ipynb``)."""
 from __future__ import annotations
 
+import textwrap
+
 import pandas as pd
 
 __all__ = ["SIGMA_COLORS", "plot_batch_sizes", "plot_paper_cells", "plot_personalized_vs_global", "plot_rounds_offset"]
@@ -50,8 +52,9 @@ def plot_paper_cells(done: dict, published: pd.DataFrame, table: str = "1", targ
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6.5, loc="lower right")
     axes[0][0].set_ylabel("average test accuracy %")
-    fig.suptitle(f"Table {table} at the paper's setting (100 clients), the cells computed so far: solid, the paper's "
-                 f"metric (stored local accuracy); dotted, the global model; dashed, the paper's R", fontsize=8.5)
+    title = (f"Table {table} at the paper's setting (100 clients), the cells computed so far: solid, the paper's "
+             f"metric (stored local accuracy); dotted, the global model; dashed, the paper's R")
+    fig.suptitle(textwrap.fill(title, width=int(16 * fig.get_figwidth())), fontsize=8.5)   # one panel: wrap, not widen
     fig.tight_layout()
     return fig
 
