@@ -260,10 +260,10 @@ def _synthetic_cell(config, R: int, target: float, reached: float = 0.002) -> pd
 @pytest.mark.notebook
 def test_zheng_notebook_reads_table_2_and_3_cells_at_the_papers_setting(tmp_path):
     """The cells of Tables 2 and 3 not yet computed at the paper's setting (on 2026-11-27: Table 2's σ = 0.9 and 1,
-    all of Table 3): this runs the notebook's path for them on test-only stand-ins in a copy of the cache (Table 2's missing B = 8 cells, R = 1.39 × our
-    B = 16 cell's, so that §4's ratios are near the paper's; one CIFAR-10 cell and its twin), so that it works before
-    the real ones land: their rows leave the pending list, Table 2's ratios are compared, the real cell keeps its
-    own device, and the CIFAR-10 rows on the JPEG copy are "reduced"."""
+    all of Table 3): this runs the notebook's path for them on test-only stand-ins in a copy of the cache (Table 2's
+    missing B = 8 cells, R = 1.39 × our B = 16 cell's, so that §4's ratios are near the paper's; one CIFAR-10 cell
+    and its twin), so that it works before the real ones land: their rows leave the pending list, Table 2's ratios
+    are compared, a real cell keeps its own device, and the CIFAR-10 rows on the JPEG copy are "reduced"."""
     from dpfl.experiments import zheng2021 as zx
     from dpfl.runs import Cache, Result
 
