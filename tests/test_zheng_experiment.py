@@ -103,7 +103,7 @@ def test_grid_runner_fills_a_cache_within_its_budget(data_root, tmp_path, capsys
     assert zheng2021.main(args) == 0
     configs = _twins(zheng2021, data_root)
     assert all(Cache(cache).load(c) is not None for c in configs)          # what the notebook will read
-    assert len(list(cache.glob("*.pkl"))) == len(configs)                  # and nothing --only left out
+    assert len(list(cache.glob("*.pkl"))) == len(configs)                  # and nothing else: --only is obeyed
     assert zheng2021.main(args) == 0 and "0 run(s) missing" in capsys.readouterr().out
 
 
