@@ -67,3 +67,17 @@ def test_a_caveat_goes_into_the_file_name_and_the_title(tmp_path):
     assert (tmp_path / "table1_reconstruction.md").read_text().startswith("*table1_reconstruction — reconstruction*")
     with pytest.raises(ValueError, match="caveat"):
         nb.save_table(pd.DataFrame({"a": [1]}), "t", caveat=" ")
+
+
+def test_a_figure_saved_again_later_is_the_same_file(tmp_path, monkeypatch):
+    """Re-rendering results (make reproduce RESULTS_ONLY=1) rewrites no figure that did not change: the PDF
+    carries no creation date (matplotlib stamps SOURCE_DATE_EPOCH, else the clock, unless told not to)."""
+    nb = setup("x", profile="smoke", out_dir=tmp_path)
+    fig, ax = plt.subplots()
+    ax.plot([0, 1])
+    files = []
+    for day in ("0", "86400"):
+        monkeypatch.setenv("SOURCE_DATE_EPOCH", day)
+        nb.savefig(fig, "f")
+        files.append([(tmp_path / f"f.{ext}").read_bytes() for ext in ("png", "pdf")])
+    assert files[0] == files[1]

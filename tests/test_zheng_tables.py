@@ -68,7 +68,8 @@ def test_pending_rows_leave_out_the_cells_computed_at_the_papers_setting():
     every = zt.pending_rows(published(), {}, needs)
     assert len(every) == len(published()) + len(zt.TABLE2_RATIOS) == 21
     assert every[2] == dict(quantity="Table 1 mnist p=1 σ=0.75 B=16: R to 90 % and accuracies at R",
-                            reference="R = 64; accuracy 90.10 %, non-private 98.55 %", needs=needs, source="Table 1")
+                            reference="R = 64; accuracy 90.10 %, non-private 98.55 %", needs=needs, source="Table 1",
+                            kind="reproduced")
     assert every[9]["quantity"] == "Table 2 mnist p=0.5 σ=1 B=8: R to 90 %"             # Table 2 prints no accuracies
     assert every[12]["quantity"].startswith("Table 3 cifar10 p=1 σ=1 B=16: R to 52 %")
     reached = _metrics([0.5, 0.8, 0.91])
@@ -85,6 +86,10 @@ def test_pending_rows_leave_out_the_cells_computed_at_the_papers_setting():
     assert [r for r in every if r not in table2] == [every[11]] and len(table2) == 20
     assert len(zt.pending_rows(published(), b8, needs, ratios_done=True)) == 17
     assert zt.pending_rows(published(), {"1": {(0.5, 0.75): (run, reached, twin)}}, needs) != table2   # keyed by table
+    # Table 3 on a stand-in copy of CIFAR-10 can only be "reduced", so its pending rows say so; the rest are unchanged
+    stand_in = zt.pending_rows(published(), {}, needs, kinds={"3": "reduced"})
+    assert [r["kind"] for r in stand_in] == ["reduced" if r["source"] == "Table 3" else "reproduced" for r in every]
+    assert sum(r["kind"] == "reduced" for r in stand_in) == 6
 
 
 def test_table_2_cells_at_the_papers_setting_give_R_mu_and_the_ratios():

@@ -89,9 +89,9 @@ class Notebook:
         if caveat and not any(caveat in t for t in _titles(fig)):
             current = fig.get_suptitle()
             fig.suptitle(f"{current} [{caveat}]" if current else f"[{caveat}]")
-        for ext in ("png", "pdf"):
+        for ext, metadata in (("png", None), ("pdf", {"CreationDate": None})):   # no date: a re-render is byte-identical
             with atomic_path(self.out_dir / f"{name}.{ext}") as tmp:
-                fig.savefig(tmp, format=ext)
+                fig.savefig(tmp, format=ext, metadata=metadata)
         return self.out_dir / f"{name}.png"
 
     def save_table(self, table, name: str, *, caveat: str | None = None, floatfmt: str = ".4g") -> Path:

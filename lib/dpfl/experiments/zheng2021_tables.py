@@ -176,29 +176,33 @@ def seed_spread(done_by_seed: dict, published: pd.DataFrame, table: str = "1") -
     return pd.DataFrame(rows, columns=["p", "σ", "B", "seed", "R paper", "R ours", "R ours / paper"])
 
 
-def pending_rows(published: pd.DataFrame, done: dict, needs: str, ratios_done: bool = False) -> list[dict]:
+def pending_rows(published: pd.DataFrame, done: dict, needs: str, ratios_done: bool = False,
+                 kinds: dict | None = None) -> list[dict]:
     """Every published number a run below the paper's scale leaves to it, as keyword arguments of
     ``Notebook.pending``: each cell's R and accuracies, and (unless ``ratios_done``) Table 2's three
     ratios. A cell computed at the paper's setting (``done``: {table: ``zheng2021.cached_cells``'s
     {(p, σ): (config, metrics, twin's metrics or None)}}) has its own comparisons
     (:func:`rounds_comparisons`) and is left out, save its non-private accuracy while the twin is missing
-    (Tables 1 and 3; Table 2 prints none)."""
-    rows = []
+    (Tables 1 and 3; Table 2 prints none). ``kinds``: {table: the kind of evidence its cells will be once
+    computed}, "reproduced" where not given (Table 3 on the JPEG copy of CIFAR-10 can only be "reduced")."""
+    rows, kinds = [], kinds or {}
     for r in published.itertuples():
         cell, goal = f"Table {r.table} {r.dataset} p={r.p:g} σ={r.sigma:g} B={r.B}", TARGETS[r.table]
+        kind = kinds.get(r.table, "reproduced")
         hit = done.get(r.table, {}).get((r.p, r.sigma))
         if hit is not None:
             if hit[2] is None and not np.isnan(r.nonprivate_acc) and first_round(hit[1], goal) is not None:
                 rows.append(dict(quantity=f"{cell}: non-private accuracy at R", reference=f"{r.nonprivate_acc:.2f} %",
                                  needs="the cell's non-private twin (python -m dpfl.experiments.zheng2021 --profile cells)",
-                                 source=f"Table {r.table}"))
+                                 source=f"Table {r.table}", kind=kind))
             continue
         accs = "" if np.isnan(r.acc) else f"; accuracy {r.acc:.2f} %, non-private {r.nonprivate_acc:.2f} %"
         rows.append(dict(quantity=f"{cell}: R to {100 * goal:.0f} %" + (" and accuracies at R" if accs else ""),
-                         reference=f"R = {r.R}{accs}", needs=needs, source=f"Table {r.table}"))
+                         reference=f"R = {r.R}{accs}", needs=needs, source=f"Table {r.table}", kind=kind))
     if ratios_done:
         return rows
-    return rows + [dict(quantity=f"Table 2 mean {col} (B=8 / B=16)", reference=ref, needs=needs, source="§4, Table 2")
+    return rows + [dict(quantity=f"Table 2 mean {col} (B=8 / B=16)", reference=ref, needs=needs, source="§4, Table 2",
+                        kind=kinds.get("2", "reproduced"))
                    for col, ref in TABLE2_RATIOS.items()]
 
 
