@@ -5,6 +5,8 @@ import re
 from pathlib import Path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+REPORT = README.parent / "figures" / "REPORT.md"
+KINDS = ("reproduced", "reduced", "formula", "reconstruction", "property", "beyond")
 
 
 def test_readme_examples_run_and_print_what_they_claim():
@@ -17,3 +19,27 @@ def test_readme_examples_run_and_print_what_they_claim():
         with contextlib.redirect_stdout(out):
             exec(compile(block, str(README), "exec"), namespace)
         assert out.getvalue().split() == " ".join(expected).split()
+
+
+def _rows(text: str, header: str) -> dict:
+    """A markdown table's rows after the header line that starts with ``header``: {first cell: {column: cell}}."""
+    lines = text[text.index(header):].splitlines()
+    columns = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = {}
+    for line in lines[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        rows[cells[0]] = dict(zip(columns, cells))
+    return rows
+
+
+def test_readme_results_table_counts_what_the_report_counts():
+    """The README's results table gives, per paper and kind of evidence, the counts of figures/REPORT.md (which
+    `make reproduce` writes); a row edited by hand cannot drift from the results."""
+    readme, report = _rows(README.read_text(), "| paper | reproduced"), _rows(REPORT.read_text(), "| paper ")
+    assert len(readme) == len(report) == 6, (list(readme), list(report))
+    for label, row in readme.items():
+        paper = [p for p in report if p.startswith(label.split()[0].lower())]
+        assert len(paper) == 1, (label, list(report))
+        assert [row[k] for k in KINDS] == [report[paper[0]][k] for k in KINDS], label
