@@ -28,6 +28,13 @@ def test_rounds_table_reads_R_and_the_twin_at_R_next_to_the_paper():
     assert kinds[0][1] == dict(quantity="Table 1 R at 90 %, p=1 σ=1", ours=3, reference=93, rel=0.2, source="Table 1")
     never = {(1.0, 1.0): (run, _metrics([0.3, 0.5, 0.6])), (1.0, None): runs[(1.0, None)]}
     assert zt.rounds_comparisons(never, published(), "1")[0][1]["holds"] is False
+    # Table 3 (CIFAR-10) has the same four rows, its name of the accuracy ("top-1") and the data's label in each
+    cifar = ZhengRun("cifar10", 1.0, 0.5, 16, 3)
+    runs3 = {(1.0, 0.5): (cifar, _metrics([0.3, 0.5, 0.53])), (1.0, None): (twin, _metrics([0.4, 0.5, 0.6]))}
+    rows3 = [kw for _, kw in zt.rounds_comparisons(runs3, published(), "3", data="JPEG copy")]
+    assert [r["quantity"] for r in rows3] == [f"Table 3 {q} (JPEG copy), p=1 σ=0.5" for q in
+                                              ("R at 52 %", "μ_max at our R", "top-1 at R (%)", "non-private top-1 at R (%)")]
+    assert rows3[1]["ours"] == pytest.approx(float(gdp.clt_mu(0.5, 16, 500, 32 * 3))) and rows3[1]["reference"] == 26.81
 
 
 def test_batch_size_ratios_use_each_runs_steps():
