@@ -262,3 +262,43 @@ def test_the_per_sample_route_changes_how_not_what(data_root, tmp_path, route, s
     np.testing.assert_allclose(other.value.acc_stored_local, mine.value.acc_stored_local, atol=0.01)
     with pytest.raises(ValueError, match="per_sample"):
         dataclasses.replace(ghost, per_sample="full")
+
+
+def test_paper_cells_run_past_the_profiles_rounds_only_where_the_papers_R_needs_room():
+    """A cell at ``paper`` may run to ⌈1.25 × the paper's R⌉ where the profile's rounds stop sooner: exactly
+    Table 2's σ = 1, B = 8 (R = 266, cap 300 → 333) and Table 3's p = 0.5, σ = 1 (R = 904, cap 1000 → 1130).
+    Every other cell keeps its profile's rounds, hence its hash and its cached result; smaller profiles
+    keep theirs."""
+    from dpfl.experiments import zheng2021 as z
+
+    moved = {}
+    for table in z.TARGETS:
+        for cell, row in zip(z.cells(table), z.published().query("table == @table").itertuples()):
+            profile_run = z._cell_run(row, "paper")
+            if cell.rounds != profile_run.rounds:
+                moved[(table, cell.p, cell.sigma, cell.batch_size)] = (profile_run.rounds, cell.rounds)
+            else:
+                same = dataclasses.replace(profile_run, stop_at=z.TARGETS[table])
+                assert config_hash(cell) == config_hash(same)
+    assert moved == {("2", 0.5, 1.0, 8): (300, 333), ("3", 0.5, 1.0, 16): (1000, 1130)}
+    assert [c.rounds for c in z.cells("2", "quick")] == [z.SETTINGS["quick"]["rounds"][0.5]] * 3
+
+
+def test_a_cell_given_room_is_read_where_the_profiles_full_run_stops_short():
+    """Table 2's σ = 1, B = 8 at ``paper``: a cached 300-round full run that never reaches 90 % yields to
+    the cell run on to its target (333 rounds at most); a full run that reaches it is read first."""
+    import pandas as pd
+
+    from dpfl.experiments import zheng2021 as z
+    from dpfl.runs import Result
+
+    (row,) = z.published().query("table == '2' and sigma == 1.0").itertuples()
+    full, cell = z._cell_run(row, "paper"), z._cell(row, "paper")
+    short = pd.DataFrame({"round": range(1, 301), "acc_stored_local": np.linspace(0.5, 0.89, 300)})
+    reached = pd.DataFrame({"round": range(1, 311), "acc_stored_local": np.linspace(0.5, 0.9, 310)})
+    stored = {config_hash(full): Result(full, short, {}), config_hash(cell): Result(cell, reached, {})}
+    cache = type("Cache", (), {"load": lambda self, c: stored.get(config_hash(c))})()
+    config, metrics, twin = z.cached_cells(cache, "2")[(0.5, 1.0)]
+    assert (config, z.first_round(metrics, 0.9), twin) == (cell, 310, None)
+    stored[config_hash(full)] = Result(full, reached.head(300).assign(acc_stored_local=0.95), {})
+    assert z.cached_cells(cache, "2")[(0.5, 1.0)][0] == full
