@@ -39,3 +39,23 @@ def test_the_committed_results_keep_their_sections_through_a_new_head(tmp_path):
     results.write_head("# Engine benchmarks\n\nfresh\n", path)
     assert before and _headings(path) == before
     assert "on an NVIDIA H200" in path.read_text()           # the GPU's row (f), measured apart
+
+
+def test_run_peers_runs_a_peer_from_its_unpacked_wheels_where_there_is_no_index(tmp_path, monkeypatch):
+    """``run_peers.py --site pfl=DIR`` (the GPU machine: no package index): pfl runs with this interpreter and
+    DIR first on ``PYTHONPATH`` (its dp-accounting < 0.6 before the tests' newer one); a bad value is refused
+    with the accepted form before any work; the GPU's section has an owner of its own, so ``make bench`` on a
+    CPU keeps it (and the GPU run keeps the CPU's)."""
+    run_peers = benchmark_script("run_peers")
+    monkeypatch.setenv("PYTHONPATH", "/image/site")
+    python, env = run_peers._interpreter(("/usr/bin/python3", str(tmp_path)), "/repo/lib")
+    assert python == "/usr/bin/python3" and env["PYTHONPATH"].split(":") == [str(tmp_path), "/repo/lib", "/image/site"]
+    assert run_peers._sites([f"pfl={tmp_path}"]) == {"pfl": str(tmp_path)}
+    for bad, message in [("pfl", "NAME=DIR"), (f"jax={tmp_path}", "NAME=DIR"), ("pfl=/no/such/folder", "not a folder")]:
+        with pytest.raises(SystemExit, match=message):
+            run_peers.main(["--site", bad])
+    path = tmp_path / "RESULTS.md"
+    results.write_section("## Peers: dpfl vs pfl (CPU)\n\ncpu\n", "## Peers:", path)
+    results.write_section("## Peers on a GPU: dpfl vs pfl (H200)\n\ngpu\n", "## Peers on a GPU", path)
+    results.write_section("## Peers: dpfl vs pfl (CPU, later)\n\ncpu2\n", "## Peers:", path)
+    assert _headings(path) == ["## Peers on a GPU: dpfl vs pfl (H200)", "## Peers: dpfl vs pfl (CPU, later)"]
