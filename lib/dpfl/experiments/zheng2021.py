@@ -213,7 +213,7 @@ class ZhengRun(TrainingRun):
 #: paper's R where the profile's rounds stop sooner (None: never). Our R has run 0.97–1.14 × the paper's
 #: over the cells computed so far (the notebook's §9), so the cap of 300 rounds (Table 2's σ = 1, B = 8:
 #: R = 266) or 1000 (Table 3's p = 0.5, σ = 1: R = 904) could end a run a few rounds short of its target
-#: and report a failed claim that is only a cap. 1.25 leaves every other cell at its profile's rounds
+#: and report a failed claim that is only a cap (docs/zheng2021.md §3). 1.25 leaves every other cell at its profile's rounds
 #: (its hash, hence its cached result, unchanged; tested).
 SETTINGS = {
     "smoke": dict(clients=4, rounds={1.0: 2, 0.5: 2, 0.25: 2}, steps=4, p=(1.0,), sigma=(1.0,), b8=(1.0,), b8_p=1.0,
