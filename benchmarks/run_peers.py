@@ -115,7 +115,10 @@ def main(argv=None):
     pythons = {}
     settings = {"dpfl": sys.executable, "dpfl-eval1": sys.executable, "dpfl-records": sys.executable}
     for name, (requirements, _, runs) in PEERS.items():
-        found = (sys.executable, sites[name]) if name in sites else None if sites else _venv(name, requirements)
+        if sites:                                 # no package index: the peers named, from their wheels
+            found = (sys.executable, sites[name]) if name in sites else None
+        else:
+            found = _venv(name, requirements)
         if found is not None:
             pythons[name] = found
             settings.update({run: found for run in runs})
