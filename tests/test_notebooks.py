@@ -31,7 +31,8 @@ PAPER_CELLS = {"zheng2021": (("Table 1 R at 90 %, p=", 9), ("Table 1 μ_max at o
                              ("Table 1 non-private accuracy at R (%), p=", 9),
                              ("Table 2 R at 90 %, p=", 1), ("Table 2 μ_max at our R, p=", 1),
                              ("B = 8 needs more rounds than B = 16 to reach 90% (the paper's setting", 1),
-                             ("Table 3 R at 52 % (", 1), ("Table 3 μ_max at our R (", 1), ("Table 3 top-1 at R (%) (", 1))}
+                             ("Table 3 R at 52 % (", 1), ("Table 3 μ_max at our R (", 1), ("Table 3 top-1 at R (%) (", 1),
+                             ("Table 3 non-private top-1 at R (%) (", 1))}
 
 
 def paper_cell_kind(quantity: str, data_dir) -> str:
