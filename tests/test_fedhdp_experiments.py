@@ -196,3 +196,18 @@ def test_measured_ratio_is_a_over_b_over_the_rounds_that_measured_both():
     config = fl.RatioProbe(dataset="iid_mnist", algorithm="FedHDP", lam_np=0.5, lam_p=0.5, r=0.0)
     table = fl.ratio_check(selected, [(config, metrics)], (0.0, 0.25, 0.5))
     assert table.loc[0, "grid value nearest r*"] == 0.25 and table.loc[0, "r (grid search)"] == 0.0
+
+
+def test_section_6_reads_quick_in_results_only_mode_on_a_gpu_too(monkeypatch):
+    """On the H200 (2026-11-28) the committed figures did not regenerate with ``RESULTS_ONLY=1``: with a GPU the
+    notebook chose the paper grid, whose runs are not cached, where a CPU reads ``quick``'s. Results-only computes
+    nothing on any device, so it reads what a CPU reads."""
+    from dpfl.experiments import aldaghri_fedhdp_fl as fl
+
+    missing = lambda config: False
+    assert fl.profile_here("paper", missing, cuda=True, results_only=False) == "paper"
+    assert fl.profile_here("paper", missing, cuda=True, results_only=True) == "quick"
+    assert fl.profile_here("paper", missing, cuda=False, results_only=False) == "quick"
+    assert fl.profile_here("paper", lambda config: True, cuda=True, results_only=True) == "paper"
+    monkeypatch.setenv("RESULTS_ONLY", "1")
+    assert fl.profile_here("paper", missing, cuda=True) == "quick"

@@ -428,11 +428,15 @@ def ratio_check(selected: pd.DataFrame, probes: list, grid) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def profile_here(profile: str, cached, *, cuda: bool, **placement) -> str:
-    """The profile section 6 runs at: ``profile``, except ``paper`` without a GPU when its runs are not
+def profile_here(profile: str, cached, *, cuda: bool, results_only: bool | None = None, **placement) -> str:
+    """The profile section 6 runs at: ``profile``, except ``paper`` without a GPU, or in results-only mode
+    (``results_only``, default ``RESULTS_ONLY``: nothing is computed, on a GPU either), when its runs are not
     all in the cache (``cached(config) -> bool``): then ``quick`` (its paper grid is hours of CPU
     time per dataset; ``benchmarks/GPU_QUEUE.md``)."""
-    if profile != "paper" or cuda:
+    from dpfl.runs import env_flag
+
+    reads_only = env_flag("RESULTS_ONLY") if results_only is None else results_only
+    if profile != "paper" or (cuda and not reads_only):
         return profile
     grid = validation_grid(profile, **placement)
     if not all(cached(c) for c in grid):
