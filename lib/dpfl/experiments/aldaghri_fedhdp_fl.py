@@ -31,6 +31,7 @@ from dpfl.federated.local import LocalConfig
 from dpfl.federated.sampling import PoissonClients
 from dpfl.federated.schedule import LearningRate
 from dpfl.models import FEMNIST_CNN, fedhdp_mlp
+from dpfl.runs import env_flag
 
 __all__ = ["OPT_OUT", "SKEWED_DIGIT", "TABLE7", "HEADLINES", "DATASETS", "PAPER_DATASETS", "ALGORITHMS", "SETTINGS", "Federation",
            "federation", "FedHDPRun", "outcome", "validation_grid", "select", "final_runs", "summary", "headlines",
@@ -433,8 +434,6 @@ def profile_here(profile: str, cached, *, cuda: bool, results_only: bool | None 
     (``results_only``, default ``RESULTS_ONLY``: nothing is computed, on a GPU either), when its runs are not
     all in the cache (``cached(config) -> bool``): then ``quick`` (its paper grid is hours of CPU
     time per dataset; ``benchmarks/GPU_QUEUE.md``)."""
-    from dpfl.runs import env_flag
-
     reads_only = env_flag("RESULTS_ONLY") if results_only is None else results_only
     if profile != "paper" or (cuda and not reads_only):
         return profile

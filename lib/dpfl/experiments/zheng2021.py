@@ -287,7 +287,12 @@ def cells(table: str = "1", profile: str = "paper", **common) -> list[ZhengRun]:
 
 def _cell(row, profile: str, **common) -> ZhengRun:
     """The cell of one published row (:func:`cells`)."""
-    run, room = _cell_run(row, profile, **common), SETTINGS[profile]["cell_room"]
+    return _as_cell(_cell_run(row, profile, **common), row, profile)
+
+
+def _as_cell(run: ZhengRun, row, profile: str) -> ZhengRun:
+    """``run`` (the ``profile``'s run of ``row``) stopped at its table's target, with the profile's room."""
+    room = SETTINGS[profile]["cell_room"]
     rounds = max(run.rounds, math.ceil(room * row.R)) if room else run.rounds
     return dataclasses.replace(run, rounds=rounds, stop_at=TARGETS[row.table])
 
@@ -324,7 +329,8 @@ def cached_cells(cache, table: str = "1", profile: str = "paper", **common) -> d
     checks.one_of("table", table, TARGETS)
     out = {}
     for row in published().query("table == @table").itertuples():
-        cell, full = _cell(row, profile, **common), _cell_run(row, profile, **common)
+        full = _cell_run(row, profile, **common)
+        cell = _as_cell(full, row, profile)
         hit = cache.load(full)
         if hit is None or first_round(hit.value, TARGETS[table]) is None:   # the cell may go on (cell_room)
             hit = cache.load(cell) or hit
