@@ -1,5 +1,6 @@
 """dpfl.runs: hashing, caching, atomic writes, resume, FORCE, provenance; the budgeted runner's order."""
 import dataclasses
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -283,3 +284,38 @@ def test_the_runner_computes_a_runs_follow_ups_right_after_it(tmp_path):
     args = ["--profile", "p", "--device", "cpu", "--cache", str(tmp_path)]
     assert runner.main("t", grid, lambda r: r.name, ["p"], str(tmp_path), args, followups=followups) == 0
     assert CALLS == ["a", "a-twin", "a-twin-2", "b-twin", "c"]
+
+
+def test_the_runners_list_computes_nothing_and_names_each_missing_runs_checkpoint(tmp_path, capsys):
+    """``--list``: what is cached (a cached run's follow-ups included) and what is missing, with the checkpoint a
+    missing run would resume from; nothing is computed or written, and the exit status says whether runs are left."""
+    from dpfl.experiments import runner
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Cell(runner.TrainingRun):
+        name: str
+
+        def compute(self):
+            CALLS.append(self.name)
+            return {"name": self.name}
+
+    ckpts = tmp_path / "ckpt"
+    grid = lambda profile, checkpoint_dir, **_: [Cell(name=n, checkpoint_dir=checkpoint_dir) for n in "abc"]
+    followups = lambda run, value, cache: [dataclasses.replace(run, name=run.name + "-twin")] if run.name == "b" else []
+    cache = tmp_path / "cache"
+    runs.run(Cell(name="b"), runs.Cache(cache))
+    Cell(name="c", checkpoint_dir=str(ckpts)).checkpoint_path().parent.mkdir()
+    Cell(name="c", checkpoint_dir=str(ckpts)).checkpoint_path().write_bytes(b"x" * 2**21)
+    CALLS.clear()
+    args = ["--profile", "p", "--device", "cpu", "--cache", str(cache), "--checkpoints", str(ckpts), "--list"]
+    assert runner.main("t", grid, lambda r: r.name, ["p"], str(cache), args, followups=followups) == 3
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert CALLS == [] and not (cache / "progress.json").exists()
+    assert [line.split()[0] + " " + line.split(": ")[1].split(" (")[0] for line in lines] == [
+        "cached b", "missing a", "missing b-twin", "missing c"]
+    assert re.search(r"\(checkpoint \S+/ckpt/Cell-[0-9a-f]+\.pt, 2 MiB, written \d{4}-\d\d-\d\d \d\d:\d\d\)$", lines[-1])
+    assert "checkpoint" not in "".join(lines[:-1])
+    runs.run(Cell(name="b-twin"), runs.Cache(cache))
+    for n in "ac":
+        runs.run(Cell(name=n), runs.Cache(cache))
+    assert runner.main("t", grid, lambda r: r.name, ["p"], str(cache), args, followups=followups) == 0

@@ -8,7 +8,9 @@ budget and go on to the next (on a machine whose disk goes away, a partial run i
 checkpoint). ``--bundle``: the cache entries this call computed, in one archive (``tar -xzf`` it in
 the cache). ``--only S``: the runs whose name contains S. ``--checkpoints DIR``: where a run that
 stops unfinished keeps its checkpoint, to resume from there on the next call. ``<cache>/progress.json`` says what is done,
-what is missing and what stopped the call. Exit status 0 when every run is cached, 3 when some are left.
+what is missing and what stopped the call. ``--list``: print what is cached and what is missing (with the
+checkpoint a missing run would resume from), compute nothing. Exit status 0 when every run is cached, 3 when
+some are left.
 On a CPU the process keeps the memory it frees for reuse (``dpfl.allocator``: rounds 1.15–1.3× faster).
 """
 from __future__ import annotations
@@ -50,13 +52,18 @@ class TrainingRun:
     whole: bool = dataclasses.field(default=False, metadata={"hash": False})
     progress: bool = dataclasses.field(default=True, metadata={"hash": False})
 
+    def checkpoint_path(self) -> Path | None:
+        """Where this run keeps its state while unfinished: ``<checkpoint_dir>/<Class>-<hash>.pt``, or None."""
+        if not self.checkpoint_dir:
+            return None
+        return Path(self.checkpoint_dir) / f"{type(self).__name__}-{runs.config_hash(self)}.pt"
+
     def train(self, algorithm, fd):
         """``dpfl.federated.loop.run`` with this run's placement, checkpointing to
-        ``<checkpoint_dir>/<Class>-<hash>.pt`` (removed once the run finishes: the cached result replaces it)."""
-        checkpoint = None
-        if self.checkpoint_dir:
-            os.makedirs(self.checkpoint_dir, exist_ok=True)
-            checkpoint = Path(self.checkpoint_dir) / f"{type(self).__name__}-{runs.config_hash(self)}.pt"
+        :meth:`checkpoint_path` (removed once the run finishes: the cached result replaces it)."""
+        checkpoint = self.checkpoint_path()
+        if checkpoint is not None:
+            checkpoint.parent.mkdir(parents=True, exist_ok=True)
         metrics = run(algorithm, fd, checkpoint=checkpoint, checkpoint_seconds=self.checkpoint_seconds,
                       deadline=self.deadline, whole=self.whole, progress=self.progress, device=self.device)
         if checkpoint is not None and checkpoint.exists():
@@ -89,6 +96,7 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
     parser.add_argument("--whole-runs", action="store_true", help="skip a run as soon as it cannot finish in the budget")
     parser.add_argument("--bundle", help="write the cache entries this call computes into this .tar.gz")
     parser.add_argument("--only", default="", help="compute only the runs whose name contains this")
+    parser.add_argument("--list", action="store_true", help="print what is cached and what is missing, compute nothing")
     for name, (flags, kwargs) in (options or {}).items():
         parser.add_argument(*flags, dest=name, **kwargs)
     args = parser.parse_args(argv)
@@ -98,12 +106,13 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
     cache = runs.Cache(args.cache)
     deadline = time.time() + args.budget if math.isfinite(args.budget) else None
     name = lambda c: f"{cache.path(c).stem}: {describe(c)}"
-    todo = []
+    todo, cached = [], []
 
     def wanted(config) -> list:                # a missing run, or what a cached one calls for
         hit = cache.load(config)
         if hit is None:
             return [config]
+        cached.append(config)
         return [c for later in (followups(config, hit.value, cache) if followups else []) for c in wanted(later)]
 
     def want(config, at: int):                 # queue them at ``at``, each once
@@ -119,6 +128,12 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
         if args.only in describe(config):
             want(config, len(todo))
     print(f"{args.profile}: {len(todo)} run(s) missing from {args.cache}", flush=True)
+    if args.list:
+        for config in dict.fromkeys(cached):
+            print(f"cached   {name(config)}")
+        for config in todo:
+            print(f"missing  {name(config)}{_checkpoint_note(config)}")
+        return 3 if todo else 0
     done, skipped, status = [], [], "finished"
     k = 0
     while k < len(todo):                       # todo grows by the follow-ups of the runs it finishes
@@ -151,3 +166,12 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
                     tar.add(path, arcname=path.name)
         print(f"{len(done)} new run(s) bundled in {args.bundle}", flush=True)
     return 3 if missing else 0
+
+
+def _checkpoint_note(config) -> str:
+    """`` (checkpoint PATH, N MiB, written DATE)`` when ``config`` has a checkpoint to resume from, else ``""``."""
+    path = config.checkpoint_path() if isinstance(config, TrainingRun) else None
+    if path is None or not path.exists():
+        return ""
+    stat = path.stat()
+    return f" (checkpoint {path}, {stat.st_size / 2**20:.0f} MiB, written {time.strftime('%Y-%m-%d %H:%M', time.localtime(stat.st_mtime))})"
