@@ -31,14 +31,17 @@ PAPER_CELLS = {"zheng2021": (("Table 1 R at 90 %, p=", 9), ("Table 1 μ_max at o
                              ("Table 1 non-private accuracy at R (%), p=", 9),
                              ("Table 2 R at 90 %, p=", 1), ("Table 2 μ_max at our R, p=", 1),
                              ("B = 8 needs more rounds than B = 16 to reach 90% (the paper's setting", 1),
-                             ("Table 3 R at 52 % (", 1), ("Table 3 μ_max at our R (", 1), ("Table 3 top-1 at R (%) (", 1),
-                             ("Table 3 non-private top-1 at R (%) (", 1))}
+                             ("Table 3 R at 52 % (", 2), ("Table 3 μ_max at our R (", 2), ("Table 3 top-1 at R (%) (", 2),
+                             ("Table 3 non-private top-1 at R (%) (", 1),
+                             ("Fig. 4.3 at the paper's setting (100 clients, p = 0.5, each cell to its R", 1))}
 
 
 def paper_cell_kind(quantity: str, data_dir) -> str:
-    """The kind a row of a cell at the paper's setting must carry: "reproduced", save Table 3's (CIFAR-10, computed
-    or pending) on a stand-in copy of the data (the JPEG copy: datasets.source_of), which can only be "reduced"."""
-    stand_in = quantity.startswith("Table 3") and datasets.source_of("cifar10", data_dir) != "official"
+    """The kind a row of a cell at the paper's setting must carry: "reproduced", save Table 3's and Fig. 4.3's
+    (CIFAR-10, computed or pending) on a stand-in copy of the data (the JPEG copy: datasets.source_of), which can
+    only be "reduced"."""
+    cifar = quantity.startswith(("Table 3", "Fig. 4.3"))
+    stand_in = cifar and datasets.source_of("cifar10", data_dir) != "official"
     return "reduced" if stand_in else "reproduced"
 
 

@@ -165,6 +165,9 @@ def test_personalization_claim_holds_only_where_personalized_beats_global_at_eve
     assert claim == dict(statement="Fig. 4.1 here: personalized models beat the global model (mean over the second half "
                                    "of the evaluated rounds)", holds=True, note="σ=1: +30.0 pp to round 4")
     assert not zt.personalization_claim({1.0: above, 0.75: below}, "x")["holds"]
+    both = zt.personalization_claim({0.5: above, None: above}, "x")         # the non-private run, by name
+    assert both["holds"] and both["note"] == "σ=0.5: +30.0 pp to round 4, non-private: +30.0 pp to round 4"
+    assert not zt.personalization_claim({0.5: above, None: below}, "x")["holds"]
     with pytest.raises(ValueError, match="curves is empty"):
         zt.personalization_claim({}, "x")
 

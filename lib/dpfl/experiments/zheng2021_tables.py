@@ -298,15 +298,15 @@ def personalization_gaps(curves: dict) -> dict:
 def personalization_claim(curves: dict, setting: str) -> dict:
     """Figs. 4.1 and 4.3's statement that the personalized models beat the global one, as keyword arguments of
     ``Notebook.claim`` (its ``source`` left to the caller): it holds when :func:`personalization_gaps` is
-    positive at every σ of ``curves`` ({σ: metrics}); the note gives each gap and the last round the run
-    reached. ``setting``: the statement's opening, the figure and how its runs were made."""
+    positive at every σ of ``curves`` ({σ, or None for the non-private run: metrics}); the note gives each gap
+    and the last round the run reached. ``setting``: the statement's opening, the figure and how its runs were made."""
     if not curves:
         raise ValueError("curves is empty: no run to compare")
     gaps = personalization_gaps(curves)
     return dict(statement=f"{setting}: personalized models beat the global model (mean over the second half of the "
                           "evaluated rounds)", holds=all(g > 0 for g in gaps.values()),
-                note=", ".join(f"σ={s:g}: {100 * g:+.1f} pp to round {int(curves[s]['round'].max())}"
-                               for s, g in gaps.items()))
+                note=", ".join(f"{'non-private' if s is None else f'σ={s:g}'}: {100 * g:+.1f} pp to round "
+                               f"{int(curves[s]['round'].max())}" for s, g in gaps.items()))
 
 
 def metric_table(runs: dict, target: float) -> pd.DataFrame:
