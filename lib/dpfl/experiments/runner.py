@@ -174,4 +174,5 @@ def _checkpoint_note(config) -> str:
     if path is None or not path.exists():
         return ""
     stat = path.stat()
-    return f" (checkpoint {path}, {stat.st_size / 2**20:.0f} MiB, written {time.strftime('%Y-%m-%d %H:%M', time.localtime(stat.st_mtime))})"
+    written = time.strftime("%Y-%m-%d %H:%M", time.localtime(stat.st_mtime))
+    return f" (checkpoint {path}, {stat.st_size / 2**20:.0f} MiB, written {written})"
