@@ -1,15 +1,31 @@
 """Shared fixtures: the offline data directory and an isolated dataset cache."""
+import os
+
 import numpy as np
 import pytest
 
 from dpfl.data import FederatedDataset, load_dataset, partition
-from tests_support import shared_root
+from tests_support import SHARED_DATA, shared_root
 
 
 @pytest.fixture
 def data_root():
     """``$DPFL_DATA`` if set, else ``../shared/data``; skips when neither holds the datasets."""
     return shared_root()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _offline_data_by_default():
+    """Where ``$DPFL_DATA`` is unset, point it at ``../shared/data`` (``tests_support.SHARED_DATA``) for the whole
+    session, so that library code reading the default root (``fl.federation`` without ``data_dir``) finds the same
+    datasets as the tests that ask ``shared_root()``; a plain ``make test`` beside ``../shared`` then needs no network
+    (2026-11-28: without it, 11 FedHDP tests tried to download MNIST)."""
+    if os.environ.get("DPFL_DATA") or not SHARED_DATA.exists():
+        yield
+        return
+    os.environ["DPFL_DATA"] = str(SHARED_DATA)
+    yield
+    del os.environ["DPFL_DATA"]
 
 
 @pytest.fixture(autouse=True)
