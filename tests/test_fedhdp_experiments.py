@@ -211,3 +211,24 @@ def test_section_6_reads_quick_in_results_only_mode_on_a_gpu_too(monkeypatch):
     assert fl.profile_here("paper", lambda config: True, cuda=True, results_only=True) == "paper"
     monkeypatch.setenv("RESULTS_ONLY", "1")
     assert fl.profile_here("paper", missing, cuda=True) == "quick"
+
+
+def test_the_cli_computes_each_datasets_final_runs_and_probes_once_its_grid_is_cached(tmp_path, capsys):
+    """A budgeted CLI call (a GPU's, or a long CPU job's) leaves section 6 nothing to compute: after the grids
+    (validation and iid_mnist's ratio grid) it trains each dataset's selected final runs and its ratio probe
+    (``fl.followups``), which results-only mode then reads; a dataset's grid not yet complete calls for none."""
+    from dpfl import runs
+
+    cache = runs.Cache(tmp_path)
+    grid = fl.cli_grid("smoke")
+    assert fl.followups(grid[0], None, cache) == []                               # nothing cached yet
+    assert fl.main(["--profile", "smoke", "--device", "cpu", "--cache", str(tmp_path)]) == 0
+    for dataset in ("noniid_mnist", "iid_mnist"):
+        runs_ = [c for c in grid if c.dataset == dataset]
+        chosen = fl.select(pd.DataFrame([fl.outcome(c, cache.load(c).value) for c in runs_]))
+        probes = fl.ratio_probes(chosen, "smoke")
+        finals = [] if dataset == "iid_mnist" else fl.final_runs(chosen, "smoke")
+        assert len(probes) == 1 and len(finals) == (0 if dataset == "iid_mnist" else 8)
+        assert all(cache.load(c) is not None for c in finals + probes), dataset
+    assert fl.main(["--profile", "smoke", "--cache", str(tmp_path), "--list"]) == 0   # nothing missing
+    assert "smoke: 0 run(s) missing" in capsys.readouterr().out

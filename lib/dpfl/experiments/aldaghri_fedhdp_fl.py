@@ -35,7 +35,7 @@ from dpfl.runs import env_flag
 
 __all__ = ["OPT_OUT", "SKEWED_DIGIT", "TABLE7", "HEADLINES", "DATASETS", "PAPER_DATASETS", "ALGORITHMS", "SETTINGS", "Federation",
            "federation", "FedHDPRun", "outcome", "validation_grid", "select", "final_runs", "summary", "headlines",
-           "RatioProbe", "measured_ratio", "ratio_grid", "ratio_probes", "ratio_check"]
+           "RatioProbe", "measured_ratio", "ratio_grid", "ratio_probes", "ratio_check", "followups", "cli_grid"]
 
 #: The fraction of clients who opt out of DP in every experiment (§5.2)
 OPT_OUT = 0.05
@@ -443,17 +443,52 @@ def profile_here(profile: str, cached, *, cuda: bool, results_only: bool | None 
     return profile
 
 
+def _profile_of(run: FedHDPRun) -> str | None:
+    """The profile whose setting ``run`` has (rounds, epochs, q and data sizes of its dataset), or None."""
+    for profile in SETTINGS:
+        c = _common(profile, run.dataset)
+        if (run.rounds, run.epochs, run.q, run.data) == (c["rounds"], c["epochs"], c["q"], c["data"]):
+            return profile
+    return None
+
+
+def followups(run: FedHDPRun, metrics: pd.DataFrame, cache) -> list[FedHDPRun]:
+    """What a cached grid run calls for once every grid run of its dataset is cached (:func:`validation_grid`,
+    or :func:`ratio_grid` for ``iid_mnist``): the selection's final runs (:func:`final_runs`; none for
+    ``iid_mnist``, which section 6 only probes) and its ratio probe (:func:`ratio_probes`) — what section 6
+    reads after the grid, so that a budgeted CLI call (a GPU's, or a long CPU job's) leaves the notebook nothing to
+    compute for that dataset. ``metrics`` is unused: the selection needs the whole grid."""
+    profile = _profile_of(run)
+    if type(run) is not FedHDPRun or run.evaluation != "validation" or profile is None:
+        return []
+    place = {f.name: getattr(run, f.name) for f in dataclasses.fields(TrainingRun)}          # where and how it runs
+    grid = [c for c in validation_grid(profile, seed=run.data_seed, **place) + ratio_grid(profile, seed=run.data_seed, **place)
+            if c.dataset == run.dataset]
+    hits = [cache.load(c) for c in grid]
+    if run not in grid or any(hit is None for hit in hits):
+        return []
+    chosen = select(pd.DataFrame([outcome(c, hit.value) for c, hit in zip(grid, hits)]))
+    finals = [] if run.dataset == "iid_mnist" else final_runs(chosen, profile, seed=run.data_seed, **place)
+    return finals + ratio_probes(chosen, profile, seed=run.data_seed, **place)
+
+
+def cli_grid(profile: str, **placement) -> list[FedHDPRun]:
+    """What the command line computes: the validation grid and the ``iid_mnist`` ratio grid of section 6 (each
+    dataset's final runs and probes follow once its grid is cached: :func:`followups`)."""
+    return validation_grid(profile, **placement) + ratio_grid(profile, **placement)
+
+
 def main(argv=None) -> int:
-    """Compute the validation grid into a cache within a time budget (``dpfl.experiments.runner``); the
-    final runs (a tenth of the work, chosen from the grid's results) are trained by the notebook:
+    """Compute section 6's runs into a cache within a time budget (``dpfl.experiments.runner``): the grids
+    (:func:`cli_grid`), then, as each dataset's grid completes, its final runs and ratio probe (:func:`followups`):
 
         python -m dpfl.experiments.aldaghri_fedhdp_fl --profile paper --device cuda --budget 540 \\
             --only noniid_mnist --whole-runs --bundle $OUT/fedhdp.tar.gz
     """
     from dpfl.experiments import runner
 
-    return runner.main("dpfl.experiments.aldaghri_fedhdp_fl", validation_grid, lambda c: c.label, SETTINGS,
-                       "figures/aldaghri_fedhdp/cache", argv)
+    return runner.main("dpfl.experiments.aldaghri_fedhdp_fl", cli_grid, lambda c: c.label, SETTINGS,
+                       "figures/aldaghri_fedhdp/cache", argv, followups=followups)
 
 
 if __name__ == "__main__":
