@@ -232,3 +232,25 @@ def test_the_cli_computes_each_datasets_final_runs_and_probes_once_its_grid_is_c
         assert all(cache.load(c) is not None for c in finals + probes), dataset
     assert fl.main(["--profile", "smoke", "--cache", str(tmp_path), "--list"]) == 0   # nothing missing
     assert "smoke: 0 run(s) missing" in capsys.readouterr().out
+    section = fl.cached_section("smoke", cache.load)                    # what the notebook reads at the paper's setting
+    assert list(section) == ["noniid_mnist"]
+    chosen, test = section["noniid_mnist"]
+    assert len(test) == 8 and set(test.algorithm) == set(fl.ALGORITHMS) and (test.evaluation == "test").all()
+    assert fl.cached_section("smoke", runs.Cache(tmp_path / "empty").load) == {}
+
+
+def test_the_claims_of_section_5_2_hold_or_fail_on_the_numbers():
+    """fl.claims: each §5.2 claim is decided by the tables' numbers (FedHDP within its s.e. of a baseline
+    counts as ≥; a gain must exceed its s.e.)."""
+    rows = []
+    for algorithm, acc in (("DP-FedAvg+Ditto", 80.0), ("HDP-FedAvg+Ditto", 85.0), ("FedHDP", 84.0)):
+        row = {"dataset": "d", "algorithm": algorithm, "Acc_g": acc, "Acc_l,p": acc, "Acc_l,np": acc}
+        rows.append({**row, **{f"{m} s.e.": 0.5 for m in ("Acc_g", "Acc_l,p", "Acc_l,np")}})
+    heads = pd.DataFrame([{"dataset": "d", "comparison": "gain", "ours": 4.0, "s.e.": 1.0},
+                          {"dataset": "d", "comparison": "gap", "ours": 0.5, "s.e.": 1.0}])
+    got = {c["statement"]: c["holds"] for c in fl.claims(pd.DataFrame(rows), heads)}
+    assert got["FedHDP's Acc_g gain over DP-FedAvg+Ditto > 0 beyond its s.e. on d"]
+    assert not got["Δ_l = Acc_l,np − Acc_l,p under FedHDP > 0 beyond its s.e. on d"]
+    assert got["d: FedHDP ≥ DP-FedAvg+Ditto in Acc_g"] and not got["d: FedHDP ≥ HDP-FedAvg+Ditto in Acc_g"]
+    assert got["d: opting out helps the clients who opt out (Acc_l,np, FedHDP vs all private)"]
+    assert len(got) == 2 + 2 * 3 + 1

@@ -35,7 +35,7 @@ from dpfl.runs import env_flag
 
 __all__ = ["OPT_OUT", "SKEWED_DIGIT", "TABLE7", "HEADLINES", "DATASETS", "PAPER_DATASETS", "ALGORITHMS", "SETTINGS", "Federation",
            "federation", "FedHDPRun", "outcome", "validation_grid", "select", "final_runs", "summary", "headlines",
-           "RatioProbe", "measured_ratio", "ratio_grid", "ratio_probes", "ratio_check", "followups", "cli_grid"]
+           "RatioProbe", "measured_ratio", "ratio_grid", "ratio_probes", "ratio_check", "followups", "cli_grid", "cached_section", "claims"]
 
 #: The fraction of clients who opt out of DP in every experiment (§5.2)
 OPT_OUT = 0.05
@@ -462,14 +462,63 @@ def followups(run: FedHDPRun, metrics: pd.DataFrame, cache) -> list[FedHDPRun]:
     if type(run) is not FedHDPRun or run.evaluation != "validation" or profile is None:
         return []
     place = {f.name: getattr(run, f.name) for f in dataclasses.fields(TrainingRun)}          # where and how it runs
-    grid = [c for c in validation_grid(profile, seed=run.data_seed, **place) + ratio_grid(profile, seed=run.data_seed, **place)
-            if c.dataset == run.dataset]
-    hits = [cache.load(c) for c in grid]
-    if run not in grid or any(hit is None for hit in hits):
+    chosen = _selection(profile, run.dataset, cache.load, seed=run.data_seed, **place)
+    if chosen is None:
         return []
-    chosen = select(pd.DataFrame([outcome(c, hit.value) for c, hit in zip(grid, hits)]))
     finals = [] if run.dataset == "iid_mnist" else final_runs(chosen, profile, seed=run.data_seed, **place)
     return finals + ratio_probes(chosen, profile, seed=run.data_seed, **place)
+
+
+def _selection(profile: str, dataset: str, load, *, seed: int = 0, **placement) -> pd.DataFrame | None:
+    """:func:`select` over ``dataset``'s grid at ``profile`` (:func:`validation_grid`, or :func:`ratio_grid`
+    for ``iid_mnist``) read through ``load(config)`` (a cached ``runs.Result`` or None), or None while any
+    of its runs is missing. Nothing is computed."""
+    grid = [c for c in cli_grid(profile, seed=seed, **placement) if c.dataset == dataset]
+    hits = [load(c) for c in grid]
+    if not grid or any(hit is None for hit in hits):
+        return None
+    return select(pd.DataFrame([outcome(c, hit.value) for c, hit in zip(grid, hits)]))
+
+
+def cached_section(profile: str, load, *, seed: int = 0, **placement) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
+    """Section 6 at ``profile``, dataset by dataset, read through ``load(config)`` (a cached ``runs.Result`` or
+    None; nothing is computed): {dataset: (its selection, its final runs' :func:`outcome` rows)} for each of the
+    profile's datasets whose grid and final runs are all cached — the paper's setting as each dataset lands
+    (the MNIST grids fit a CPU, FEMNIST's needs a GPU: ``benchmarks/GPU_QUEUE.md``)."""
+    out = {}
+    for dataset in SETTINGS[checks.one_of("profile", profile, tuple(SETTINGS))]["datasets"]:
+        chosen = _selection(profile, dataset, load, seed=seed, **placement)
+        finals = [] if chosen is None else final_runs(chosen, profile, seed=seed, **placement)
+        hits = [load(c) for c in finals]
+        if finals and all(hit is not None for hit in hits):
+            out[dataset] = (chosen, pd.DataFrame([outcome(c, hit.value) for c, hit in zip(finals, hits)]))
+    return out
+
+
+def claims(tables: pd.DataFrame, heads: pd.DataFrame) -> list[dict]:
+    """The paper's qualitative claims of §5.2 on section 6's results (:func:`summary`'s ``tables``,
+    :func:`headlines`' ``heads``), each as ``dpfl.notebook.Notebook.claim``'s keywords but ``kind``: per
+    dataset, FedHDP's Acc_g gain over DP-FedAvg+Ditto and its Δ_l each > 0 beyond its s.e.; FedHDP ≥ each of
+    DP-FedAvg+Ditto and HDP-FedAvg+Ditto in Acc_g, Acc_l,p and Acc_l,np (within FedHDP's s.e.); opting out helps
+    the clients who opt out (Acc_l,np, FedHDP against all private)."""
+    out = []
+    for name, label in (("gain", "FedHDP's Acc_g gain over DP-FedAvg+Ditto"), ("gap", "Δ_l = Acc_l,np − Acc_l,p under FedHDP")):
+        for _, row in heads[heads.comparison == name].iterrows():
+            out.append(dict(statement=f"{label} > 0 beyond its s.e. on {row.dataset}",
+                            holds=row.ours > np.nan_to_num(row["s.e."]), source="paper §5.2",
+                            note=f"{row.ours:.2f} ± {row['s.e.']:.2f} pp"))
+    t = tables.set_index(["dataset", "algorithm"])
+    for dataset in dict.fromkeys(tables.dataset):
+        for base in ("DP-FedAvg+Ditto", "HDP-FedAvg+Ditto"):
+            for metric in ("Acc_g", "Acc_l,p", "Acc_l,np"):
+                ours, theirs = t.loc[(dataset, "FedHDP"), metric], t.loc[(dataset, base), metric]
+                out.append(dict(statement=f"{dataset}: FedHDP ≥ {base} in {metric}",
+                                holds=ours >= theirs - t.loc[(dataset, "FedHDP"), f"{metric} s.e."],
+                                source="paper §5.2", note=f"{ours:.2f} vs {theirs:.2f}"))
+        helped = t.loc[(dataset, "FedHDP"), "Acc_l,np"] - t.loc[(dataset, "DP-FedAvg+Ditto"), "Acc_l,np"]
+        out.append(dict(statement=f"{dataset}: opting out helps the clients who opt out (Acc_l,np, FedHDP vs all private)",
+                        holds=helped > 0, source="paper §5.2", note=f"{helped:+.2f} pp"))
+    return out
 
 
 def cli_grid(profile: str, **placement) -> list[FedHDPRun]:
