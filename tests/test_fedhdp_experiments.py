@@ -236,6 +236,8 @@ def test_the_cli_computes_each_datasets_final_runs_and_probes_once_its_grid_is_c
     assert list(section) == ["noniid_mnist"]
     chosen, test = section["noniid_mnist"]
     assert len(test) == 8 and set(test.algorithm) == set(fl.ALGORITHMS) and (test.evaluation == "test").all()
+    verdicts = fl.claims(fl.summary(test), fl.headlines(test))               # the notebook's loop body, sans notebook
+    assert len(verdicts) == 2 + 2 * 3 + 1 and {c["source"] for c in verdicts} == {"paper §5.2"}
     assert fl.cached_section("smoke", runs.Cache(tmp_path / "empty").load) == {}
 
 
