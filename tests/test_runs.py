@@ -319,3 +319,29 @@ def test_the_runners_list_computes_nothing_and_names_each_missing_runs_checkpoin
     for n in "ac":
         runs.run(Cell(name=n), runs.Cache(cache))
     assert runner.main("t", grid, lambda r: r.name, ["p"], str(cache), args, followups=followups) == 0
+
+
+def test_an_only_that_names_no_run_is_an_error_before_any_work(tmp_path, capsys):
+    """``--only`` matching nothing used to read as "0 run(s) missing", exit 0: a typo ("σ=1" for "σ=1.0", found in
+    GPU_QUEUE.md on 2026-11-28) would have spent a GPU call on nothing. It is a usage error naming the option and
+    an example of the runs' names; a filter matching only cached runs is no error."""
+    from dpfl.experiments import runner
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Cell(runner.TrainingRun):
+        name: str
+
+        def compute(self):
+            CALLS.append(self.name)
+            return {"name": self.name}
+
+    grid = lambda profile, **_: [Cell(name=n) for n in ("p=1 σ=1.0", "p=1 σ=0.5")]
+    cache = tmp_path / "cache"
+    CALLS.clear()
+    with pytest.raises(SystemExit) as stop:
+        runner.main("t", grid, lambda r: r.name, ["p"], str(cache), ["--profile", "p", "--cache", str(cache), "--only", "σ=1 "])
+    assert stop.value.code == 2 and CALLS == [] and not cache.exists()
+    assert "--only 'σ=1 ' names no run of profile 'p'; its runs are named like 'p=1 σ=1.0'" in capsys.readouterr().err
+    runs.run(Cell(name="p=1 σ=1.0"), runs.Cache(cache))
+    assert runner.main("t", grid, lambda r: r.name, ["p"], str(cache), ["--profile", "p", "--cache", str(cache),
+                                                                       "--only", "σ=1.0", "--list"]) == 0

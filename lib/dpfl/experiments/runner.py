@@ -122,11 +122,16 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
                 new.append(c)
         todo[at:at] = new
 
-    for config in grid(args.profile, seed=args.seed, device=device, data_dir=args.data_dir,
-                       checkpoint_dir=args.checkpoints or str(Path(args.cache) / "checkpoints"), deadline=deadline,
-                       whole=args.whole_runs, **{name: getattr(args, name) for name in options or {}}):
-        if args.only in describe(config):
-            want(config, len(todo))
+    grid_runs = grid(args.profile, seed=args.seed, device=device, data_dir=args.data_dir,
+                     checkpoint_dir=args.checkpoints or str(Path(args.cache) / "checkpoints"), deadline=deadline,
+                     whole=args.whole_runs, **{name: getattr(args, name) for name in options or {}})
+    chosen = [config for config in grid_runs if args.only in describe(config)]
+    if not chosen:             # a typo must not pass for "nothing left to do" (2026-11-28: "σ=1" for "σ=1.0")
+        parser.error(f"--only {args.only!r} names no run of profile {args.profile!r}; its runs are named like "
+                     f"{describe(grid_runs[0])!r} (--list without --only lists them)" if grid_runs else
+                     f"profile {args.profile!r} has no runs")
+    for config in chosen:
+        want(config, len(todo))
     print(f"{args.profile}: {len(todo)} run(s) missing from {args.cache}", flush=True)
     if args.list:
         for config in dict.fromkeys(cached):
