@@ -6,8 +6,19 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from dpfl import runs
+from dpfl.experiments import runner
 
 CALLS = []
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Cell(runner.TrainingRun):
+    """A grid's run for the command-line runner's tests: its result is its name; each computation is logged in CALLS."""
+    name: str
+
+    def compute(self):
+        CALLS.append(self.name)
+        return {"name": self.name}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -274,8 +285,6 @@ def test_the_runner_computes_a_runs_follow_ups_right_after_it(tmp_path):
     """``dpfl.experiments.runner``: a budgeted call completes a result (a cell, then its twin, then
     what the twin calls for) before it starts the next run of the grid; a run already queued stays where it
     is, and a cached run's follow-ups take its place."""
-    from dpfl.experiments import runner
-
     grid = lambda profile, **_: [Step("a"), Step("b"), Step("c")]
     calls_for = {"a": ["a-twin", "c"], "a-twin": ["a-twin-2"], "b": ["b-twin"]}
     followups = lambda run, value, cache: [Step(n) for n in calls_for.get(run.name, [])]
@@ -289,16 +298,6 @@ def test_the_runner_computes_a_runs_follow_ups_right_after_it(tmp_path):
 def test_the_runners_list_computes_nothing_and_names_each_missing_runs_checkpoint(tmp_path, capsys):
     """``--list``: what is cached (a cached run's follow-ups included) and what is missing, with the checkpoint a
     missing run would resume from; nothing is computed or written, and the exit status says whether runs are left."""
-    from dpfl.experiments import runner
-
-    @dataclasses.dataclass(frozen=True, kw_only=True)
-    class Cell(runner.TrainingRun):
-        name: str
-
-        def compute(self):
-            CALLS.append(self.name)
-            return {"name": self.name}
-
     ckpts = tmp_path / "ckpt"
     grid = lambda profile, checkpoint_dir, **_: [Cell(name=n, checkpoint_dir=checkpoint_dir) for n in "abc"]
     followups = lambda run, value, cache: [dataclasses.replace(run, name=run.name + "-twin")] if run.name == "b" else []
@@ -325,16 +324,6 @@ def test_an_only_that_names_no_run_is_an_error_before_any_work(tmp_path, capsys)
     """``--only`` matching nothing used to read as "0 run(s) missing", exit 0: a typo ("σ=1" for "σ=1.0", found in
     GPU_QUEUE.md on 2026-11-28) would have spent a GPU call on nothing. It is a usage error naming the option and
     an example of the runs' names; a filter matching only cached runs is no error."""
-    from dpfl.experiments import runner
-
-    @dataclasses.dataclass(frozen=True, kw_only=True)
-    class Cell(runner.TrainingRun):
-        name: str
-
-        def compute(self):
-            CALLS.append(self.name)
-            return {"name": self.name}
-
     grid = lambda profile, **_: [Cell(name=n) for n in ("p=1 σ=1.0", "p=1 σ=0.5")]
     cache = tmp_path / "cache"
     CALLS.clear()
