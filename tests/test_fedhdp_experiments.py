@@ -237,22 +237,49 @@ def test_the_cli_computes_each_datasets_final_runs_and_probes_once_its_grid_is_c
     chosen, test = section["noniid_mnist"]
     assert len(test) == 8 and set(test.algorithm) == set(fl.ALGORITHMS) and (test.evaluation == "test").all()
     verdicts = fl.claims(fl.summary(test), fl.headlines(test))               # the notebook's loop body, sans notebook
-    assert len(verdicts) == 2 + 2 * 3 + 1 and {c["source"] for c in verdicts} == {"paper §5.2"}
+    assert len(verdicts) == 2 * 2 + 2 * 3 + 1 and {c["source"] for c in verdicts} == {"paper §5.2", "abstract"}
     assert fl.cached_section("smoke", runs.Cache(tmp_path / "empty").load) == {}
 
 
 def test_the_claims_of_section_5_2_hold_or_fail_on_the_numbers():
     """fl.claims: each §5.2 claim is decided by the tables' numbers (FedHDP within its s.e. of a baseline
-    counts as ≥; a gain must exceed its s.e.)."""
+    counts as ≥; a gain must exceed its s.e., and may exceed the abstract's "up to" by at most 2 pp beyond it)."""
     rows = []
     for algorithm, acc in (("DP-FedAvg+Ditto", 80.0), ("HDP-FedAvg+Ditto", 85.0), ("FedHDP", 84.0)):
         row = {"dataset": "d", "algorithm": algorithm, "Acc_g": acc, "Acc_l,p": acc, "Acc_l,np": acc}
         rows.append({**row, **{f"{m} s.e.": 0.5 for m in ("Acc_g", "Acc_l,p", "Acc_l,np")}})
     heads = pd.DataFrame([{"dataset": "d", "comparison": "gain", "ours": 4.0, "s.e.": 1.0},
-                          {"dataset": "d", "comparison": "gap", "ours": 0.5, "s.e.": 1.0}])
+                          {"dataset": "d", "comparison": "gap", "ours": 0.5, "s.e.": 1.0},
+                          {"dataset": "e", "comparison": "gain", "ours": 12.5, "s.e.": 1.0},      # 9.27 + 2 < 12.5 − 1
+                          {"dataset": "e", "comparison": "gap", "ours": 6.0, "s.e.": 1.0}])       # 3.49 + 2 ≥ 6 − 1
+    rows += [{**row, "dataset": "e"} for row in rows]
     got = {c["statement"]: c["holds"] for c in fl.claims(pd.DataFrame(rows), heads)}
     assert got["FedHDP's Acc_g gain over DP-FedAvg+Ditto > 0 beyond its s.e. on d"]
     assert not got["Δ_l = Acc_l,np − Acc_l,p under FedHDP > 0 beyond its s.e. on d"]
     assert got["d: FedHDP ≥ DP-FedAvg+Ditto in Acc_g"] and not got["d: FedHDP ≥ HDP-FedAvg+Ditto in Acc_g"]
     assert got["d: opting out helps the clients who opt out (Acc_l,np, FedHDP vs all private)"]
-    assert len(got) == 2 + 2 * 3 + 1
+    assert got["FedHDP's Acc_g gain over DP-FedAvg+Ditto on d ≤ the abstract's 'up to' 9.27 pp (+2)"]
+    assert not got["FedHDP's Acc_g gain over DP-FedAvg+Ditto on e ≤ the abstract's 'up to' 9.27 pp (+2)"]
+    assert got["Δ_l = Acc_l,np − Acc_l,p under FedHDP on e ≤ the abstract's 'up to' 3.49 pp (+2)"]
+    assert len(got) == 2 * (2 * 2 + 2 * 3 + 1)
+
+
+def test_noise_scale_is_the_closed_form_of_the_runs_own_setting():
+    """fl.noise_scale against the formulas, worked by hand at smoke's sizes (100 clients, q = 0.2, z = 1.5, the
+    200-wide MLP): DP-FedAvg has m_p = 20 private clients a round and σ_b = max(0.05, z / 19) · m_p = 1.5 · 20 / 19
+    (the count's noise is set from the 19 private clients FedHDP would have, the same in every row), so
+    z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2) and noise / signal = z_Δ · √d / 20; FedHDP's private group is the 95 who do not
+    opt out. A run without noise has no scale."""
+    d = 784 * 200 + 200 + 200 * 10 + 10
+    grid = fl.validation_grid("smoke")
+    dp = next(c for c in grid if c.algorithm == "DP-FedAvg+Ditto")
+    got = fl.noise_scale(dp)
+    assert (got["private clients"], got["m_p"], got["d"]) == (100, 20.0, d)
+    z_update = (1.5 ** -2 - (2 * 1.5 * 20 / 19) ** -2) ** -0.5
+    assert got["z_Δ"] == pytest.approx(z_update, rel=1e-12) and 1.70 < z_update < 1.71
+    assert got["noise / signal"] == pytest.approx(z_update * d ** 0.5 / 20, rel=1e-12)
+    assert got["m_p for noise = signal"] == pytest.approx(1.5 * d ** 0.5, rel=1e-12)
+    hdp = fl.noise_scale(next(c for c in grid if c.algorithm == "FedHDP"))
+    assert (hdp["private clients"], hdp["m_p"]) == (95, pytest.approx(19.0))
+    with pytest.raises(ValueError, match="adds no noise"):
+        fl.noise_scale(next(c for c in grid if c.algorithm == "Non-Private+Ditto"))

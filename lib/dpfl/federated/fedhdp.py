@@ -39,7 +39,7 @@ from dpfl.federated.client_dp import ServerDP, ServerDPConfig
 from dpfl.federated.loop import Privacy, Round
 from dpfl.models import Model
 
-__all__ = ["FedHDPConfig", "FedHDP"]
+__all__ = ["FedHDPConfig", "FedHDP", "group_noise"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -75,6 +75,18 @@ class FedHDPConfig(ServerDPConfig):
             checks.positive_int("personal_steps", self.personal_steps)
 
 
+def group_noise(cfg: FedHDPConfig, sizes) -> tuple[list[float], list[float]]:
+    """Per privacy group of ``sizes`` clients: the std σ_b of the noise on its clipped count (σ_b =
+    ``count_noise_frac`` × its expected clients per round) and its update's effective multiplier z_Δ
+    (``server.effective_noise_multiplier``); both 0 for a group without noise, whose count is exact."""
+    K = sum(sizes)
+    count_std = [cfg.count_noise_frac * max(cfg.sampler.rate(K) * n, 1e-9) if z > 0 else 0.0
+                 for z, n in zip(cfg.noise_multipliers, sizes)]
+    z_update = [server.effective_noise_multiplier(z, s) if z > 0 else 0.0
+                for z, s in zip(cfg.noise_multipliers, count_std)]
+    return count_std, z_update
+
+
 class FedHDP(ServerDP):
     """The algorithm's state (global model, every client's personal model, each group's clip bound)
     and its round; run it with :func:`dpfl.federated.loop.run` (one row per round).
@@ -100,11 +112,7 @@ class FedHDP(ServerDP):
         if self.cohorts.shape != (K,) or self.cohorts.min() < 0:
             raise ValueError(f"cohorts must give each of the {K} clients a cohort 0, 1, …")
         self.sizes = [int((groups == l).sum()) for l in range(L)]
-        expected = [cfg.sampler.rate(K) * n for n in self.sizes]
-        self.count_std = [cfg.count_noise_frac * max(e, 1e-9) if z > 0 else 0.0     # z = 0: the count is exact
-                          for z, e in zip(cfg.noise_multipliers, expected)]
-        self.z_update = [server.effective_noise_multiplier(z, s) if z > 0 else 0.0
-                         for z, s in zip(cfg.noise_multipliers, self.count_std)]
+        self.count_std, self.z_update = group_noise(cfg, self.sizes)
         init = self.initial_params(device)
         self.state = {"global": init, "personal": {k: v.unsqueeze(0).repeat(K, *[1] * v.ndim) for k, v in init.items()},
                       "bounds": [cfg.clip_init] * L, "groups": groups,
