@@ -228,8 +228,10 @@ def test_the_cli_computes_each_datasets_final_runs_and_probes_once_its_grid_is_c
         chosen = fl.select(pd.DataFrame([fl.outcome(c, cache.load(c).value) for c in runs_]))
         probes = fl.ratio_probes(chosen, "smoke")
         finals = [] if dataset == "iid_mnist" else fl.final_runs(chosen, "smoke")
+        quiet = [] if dataset == "iid_mnist" else fl.quiet_grid("smoke", dataset)
         assert len(probes) == 1 and len(finals) == (0 if dataset == "iid_mnist" else 8)
-        assert all(cache.load(c) is not None for c in finals + probes), dataset
+        assert len(quiet) == (0 if dataset == "iid_mnist" else 3) and all(c.z == 0.15 for c in quiet)
+        assert all(cache.load(c) is not None for c in finals + probes + quiet), dataset
     assert fl.main(["--profile", "smoke", "--cache", str(tmp_path), "--list"]) == 0   # nothing missing
     assert "smoke: 0 run(s) missing" in capsys.readouterr().out
     section = fl.cached_section("smoke", cache.load)                    # what the notebook reads at the paper's setting
@@ -239,6 +241,12 @@ def test_the_cli_computes_each_datasets_final_runs_and_probes_once_its_grid_is_c
     verdicts = fl.claims(fl.summary(test), fl.headlines(test))               # the notebook's loop body, sans notebook
     assert len(verdicts) == 2 * 2 + 2 * 3 + 1 and {c["source"] for c in verdicts} == {"paper §5.2", "abstract"}
     assert fl.cached_section("smoke", runs.Cache(tmp_path / "empty").load) == {}
+    quiet = fl.quiet_section("smoke", cache.load)                        # the quiet probe next to the same runs at z
+    assert list(quiet.noise) == ["Table 7's z", "z / 10"] and list(quiet.z) == [1.5, 0.15]
+    assert quiet["noise / signal"].iloc[1] < quiet["noise / signal"].iloc[0] / 5
+    assert (quiet.gain == quiet["FedHDP best Acc_g"] - quiet["DP-FedAvg+Ditto Acc_g"]).all()
+    none = fl.quiet_section("smoke", runs.Cache(tmp_path / "empty").load)
+    assert none.empty and list(none.columns) == list(quiet.columns)                  # the notebook groups it by dataset
 
 
 def test_the_claims_of_section_5_2_hold_or_fail_on_the_numbers():
@@ -283,3 +291,14 @@ def test_noise_scale_is_the_closed_form_of_the_runs_own_setting():
     assert (hdp["private clients"], hdp["m_p"]) == (95, pytest.approx(19.0))
     with pytest.raises(ValueError, match="adds no noise"):
         fl.noise_scale(next(c for c in grid if c.algorithm == "Non-Private+Ditto"))
+
+
+def test_grid_gain_is_fedhdps_best_r_against_dp_fedavg():
+    """fl.grid_gain: the best FedHDP row over r, minus the one DP-FedAvg+Ditto row; two DP rows are an error."""
+    rows = pd.DataFrame([{"algorithm": "DP-FedAvg+Ditto", "r": np.nan, "Acc_g": 31.0},
+                         {"algorithm": "FedHDP", "r": 0.0, "Acc_g": 68.0},
+                         {"algorithm": "FedHDP", "r": 0.5, "Acc_g": 35.0},
+                         {"algorithm": "HDP-FedAvg+Ditto", "r": np.nan, "Acc_g": 90.0}])
+    assert fl.grid_gain(rows) == {"DP-FedAvg+Ditto Acc_g": 31.0, "FedHDP best Acc_g": 68.0, "best r": 0.0, "gain": 37.0}
+    with pytest.raises(ValueError, match="one DP-FedAvg"):
+        fl.grid_gain(pd.concat([rows, rows.iloc[:1]]))

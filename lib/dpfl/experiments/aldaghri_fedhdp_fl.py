@@ -37,7 +37,7 @@ from dpfl.runs import env_flag
 __all__ = ["OPT_OUT", "SKEWED_DIGIT", "TABLE7", "HEADLINES", "DATASETS", "PAPER_DATASETS", "ALGORITHMS", "SETTINGS", "Federation",
            "federation", "FedHDPRun", "outcome", "validation_grid", "select", "final_runs", "summary", "headlines",
            "RatioProbe", "measured_ratio", "ratio_grid", "ratio_probes", "ratio_check", "followups", "cli_grid", "cached_section", "claims",
-           "noise_scale"]
+           "noise_scale", "QUIET", "quiet_grid", "grid_gain", "quiet_section"]
 
 #: The fraction of clients who opt out of DP in every experiment (§5.2)
 OPT_OUT = 0.05
@@ -57,6 +57,9 @@ HEADLINES = {"gain": 9.27, "gap": 3.49}
 #: dataset → (Table 7's column, whether it is built from the LEAF FEMNIST subset)
 DATASETS = {"noniid_mnist": "mnist", "skewed_mnist": "mnist", "fmnist": "fmnist", "femnist": "femnist",
             "iid_mnist": "mnist"}
+#: The quiet probe's divisor of Table 7's z: the noise on a private group's mean that a cohort this many
+#: times larger would get at Table 7's z (:func:`quiet_grid`; docs/aldaghri_fedhdp.md §4)
+QUIET = 10
 #: The paper's four datasets (``iid_mnist``, beyond the paper, is where the theory's r* applies: :func:`ratio_grid`)
 PAPER_DATASETS = ("noniid_mnist", "skewed_mnist", "fmnist", "femnist")
 #: The paper's rows: name → how FedHDP is configured (one group for the two baselines that treat
@@ -454,6 +457,50 @@ def ratio_check(selected: pd.DataFrame, probes: list, grid) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def quiet_grid(profile: str, dataset: str, *, seed: int = 0, **placement) -> list[FedHDPRun]:
+    """The quiet probe of ``dataset`` (beyond the paper): DP-FedAvg+Ditto and FedHDP at every r of the profile's
+    grid, on the validation sets at the grid's first λ (λ does not move the global model), with Table 7's z divided
+    by :data:`QUIET`. The noise on a private group's mean, z_Δ C / m_p, is then what a cohort :data:`QUIET` times
+    larger would get at Table 7's z (:func:`noise_scale`); the privacy is not: ε grows. Set next to the same runs of
+    the grid (:func:`grid_gain`), it measures how much of FedHDP's gain at our sizes is the noise's loudness."""
+    s = SETTINGS[checks.one_of("profile", profile, tuple(SETTINGS))]
+    lam, z = s["lams"][0], TABLE7[DATASETS[checks.one_of("dataset", dataset, s["datasets"])]]["z"] / QUIET
+    common = dict(lam_np=lam, lam_p=lam, z=z, **_common(profile, dataset, data_seed=seed, **placement))
+    return [FedHDPRun(algorithm="DP-FedAvg+Ditto", **common)] + [FedHDPRun(algorithm="FedHDP", r=r, **common)
+                                                                  for r in s["rs"]]
+
+
+def grid_gain(outcomes: pd.DataFrame) -> dict:
+    """FedHDP's best Acc_g over the r of ``outcomes`` (validation runs at one λ, :func:`outcome` rows) minus
+    DP-FedAvg+Ditto's, in percentage points, and the r that gave it."""
+    fedhdp = outcomes[outcomes.algorithm == "FedHDP"]
+    best = fedhdp.loc[fedhdp["Acc_g"].idxmax()]
+    dp = outcomes.loc[outcomes.algorithm == "DP-FedAvg+Ditto", "Acc_g"]
+    if len(dp) != 1:
+        raise ValueError(f"outcomes must hold one DP-FedAvg+Ditto run; got {len(dp)}")
+    return {"DP-FedAvg+Ditto Acc_g": float(dp.iloc[0]), "FedHDP best Acc_g": float(best["Acc_g"]),
+            "best r": float(best["r"]), "gain": float(best["Acc_g"] - dp.iloc[0])}
+
+
+def quiet_section(profile: str, load, *, seed: int = 0, **placement) -> pd.DataFrame:
+    """Per dataset of ``profile`` whose quiet probe (:func:`quiet_grid`) and the same runs at Table 7's z are all
+    cached (read through ``load``; nothing is computed): the noise scale and :func:`grid_gain` of each."""
+    rows = []
+    for dataset in SETTINGS[checks.one_of("profile", profile, tuple(SETTINGS))]["datasets"]:
+        quiet = quiet_grid(profile, dataset, seed=seed, **placement)
+        loud = [dataclasses.replace(c, z=None) for c in quiet]
+        hits = [load(c) for c in loud + quiet]
+        if any(hit is None for hit in hits):
+            continue
+        for label, configs, found in (("Table 7's z", loud, hits[:len(loud)]), (f"z / {QUIET}", quiet, hits[len(loud):])):
+            scale = noise_scale(configs[0])
+            gain = grid_gain(pd.DataFrame([outcome(c, hit.value) for c, hit in zip(configs, found)]))
+            rows.append({"dataset": dataset, "noise": label, "z": scale["z"], "noise / signal": scale["noise / signal"],
+                         **gain})
+    return pd.DataFrame(rows, columns=["dataset", "noise", "z", "noise / signal", "DP-FedAvg+Ditto Acc_g",
+                                       "FedHDP best Acc_g", "best r", "gain"])
+
+
 def profile_here(profile: str, cached, *, cuda: bool, results_only: bool | None = None, **placement) -> str:
     """The profile section 6 runs at: ``profile``, except ``paper`` without a GPU, or in results-only mode
     (``results_only``, default ``RESULTS_ONLY``: nothing is computed, on a GPU either), when its runs are not
@@ -479,19 +526,22 @@ def _profile_of(run: FedHDPRun) -> str | None:
 
 def followups(run: FedHDPRun, metrics: pd.DataFrame, cache) -> list[FedHDPRun]:
     """What a cached grid run calls for once every grid run of its dataset is cached (:func:`validation_grid`,
-    or :func:`ratio_grid` for ``iid_mnist``): the selection's final runs (:func:`final_runs`; none for
-    ``iid_mnist``, which section 6 only probes) and its ratio probe (:func:`ratio_probes`) — what section 6
+    or :func:`ratio_grid` for ``iid_mnist``): the selection's final runs (:func:`final_runs`), its ratio probe
+    (:func:`ratio_probes`) and its quiet probe (:func:`quiet_grid`; ``iid_mnist``, which section 6 only probes,
+    has the ratio probe alone) — what section 6
     reads after the grid, so that a budgeted CLI call (a GPU's, or a long CPU job's) leaves the notebook nothing to
     compute for that dataset. ``metrics`` is unused: the selection needs the whole grid."""
     profile = _profile_of(run)
-    if type(run) is not FedHDPRun or run.evaluation != "validation" or profile is None:
-        return []
+    if type(run) is not FedHDPRun or run.evaluation != "validation" or run.z is not None or profile is None:
+        return []                                         # not a grid run (a final run, a probe, the quiet probe's)
     place = {f.name: getattr(run, f.name) for f in dataclasses.fields(TrainingRun)}          # where and how it runs
     chosen = _selection(profile, run.dataset, cache.load, seed=run.data_seed, **place)
     if chosen is None:
         return []
-    finals = [] if run.dataset == "iid_mnist" else final_runs(chosen, profile, seed=run.data_seed, **place)
-    return finals + ratio_probes(chosen, profile, seed=run.data_seed, **place)
+    if run.dataset == "iid_mnist":
+        return ratio_probes(chosen, profile, seed=run.data_seed, **place)
+    return (final_runs(chosen, profile, seed=run.data_seed, **place) + ratio_probes(chosen, profile, seed=run.data_seed, **place)
+            + quiet_grid(profile, run.dataset, seed=run.data_seed, **place))
 
 
 def _selection(profile: str, dataset: str, load, *, seed: int = 0, **placement) -> pd.DataFrame | None:
