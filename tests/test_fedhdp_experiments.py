@@ -244,6 +244,7 @@ def test_the_cli_computes_each_datasets_final_runs_and_probes_once_its_grid_is_c
     quiet = fl.quiet_section("smoke", cache.load)                        # the quiet probe next to the same runs at z
     assert list(quiet.noise) == ["Table 7's z", "z / 10"] and list(quiet.z) == [1.5, 0.15]
     assert quiet["noise / signal"].iloc[1] < quiet["noise / signal"].iloc[0] / 5
+    assert quiet["ε_p"].iloc[1] > 10 * quiet["ε_p"].iloc[0] > 0                     # quieter noise, far less privacy
     assert (quiet.gain == quiet["FedHDP best Acc_g"] - quiet["DP-FedAvg+Ditto Acc_g"]).all()
     none = fl.quiet_section("smoke", runs.Cache(tmp_path / "empty").load)
     assert none.empty and list(none.columns) == list(quiet.columns)                  # the notebook groups it by dataset

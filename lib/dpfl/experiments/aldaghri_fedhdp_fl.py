@@ -484,7 +484,8 @@ def grid_gain(outcomes: pd.DataFrame) -> dict:
 
 def quiet_section(profile: str, load, *, seed: int = 0, **placement) -> pd.DataFrame:
     """Per dataset of ``profile`` whose quiet probe (:func:`quiet_grid`) and the same runs at Table 7's z are all
-    cached (read through ``load``; nothing is computed): the noise scale and :func:`grid_gain` of each."""
+    cached (read through ``load``; nothing is computed): the noise scale, the private clients' ε_p at δ (RDP; the
+    quiet probe's is far larger: it is no private configuration) and :func:`grid_gain` of each."""
     rows = []
     for dataset in SETTINGS[checks.one_of("profile", profile, tuple(SETTINGS))]["datasets"]:
         quiet = quiet_grid(profile, dataset, seed=seed, **placement)
@@ -493,11 +494,11 @@ def quiet_section(profile: str, load, *, seed: int = 0, **placement) -> pd.DataF
         if any(hit is None for hit in hits):
             continue
         for label, configs, found in (("Table 7's z", loud, hits[:len(loud)]), (f"z / {QUIET}", quiet, hits[len(loud):])):
-            scale = noise_scale(configs[0])
-            gain = grid_gain(pd.DataFrame([outcome(c, hit.value) for c, hit in zip(configs, found)]))
+            scale, outcomes = noise_scale(configs[0]), pd.DataFrame([outcome(c, hit.value) for c, hit in zip(configs, found)])
+            eps = outcomes.loc[outcomes.algorithm == "DP-FedAvg+Ditto", "ε_p"].iloc[0]
             rows.append({"dataset": dataset, "noise": label, "z": scale["z"], "noise / signal": scale["noise / signal"],
-                         **gain})
-    return pd.DataFrame(rows, columns=["dataset", "noise", "z", "noise / signal", "DP-FedAvg+Ditto Acc_g",
+                         "ε_p": eps, **grid_gain(outcomes)})
+    return pd.DataFrame(rows, columns=["dataset", "noise", "z", "noise / signal", "ε_p", "DP-FedAvg+Ditto Acc_g",
                                        "FedHDP best Acc_g", "best r", "gain"])
 
 
