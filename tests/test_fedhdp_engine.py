@@ -69,9 +69,12 @@ def test_bad_input(mnist_shards):
         run(FedHDP(GEYER_MLP, _cfg(), np.zeros(5, dtype=int)), mnist_shards, progress=False)
 
 
-def test_resume_is_exact(mnist_shards, tmp_path):
+@pytest.mark.parametrize("extra_lams", [(), ((0.0, 1.0), (2.0, 0.5))])
+def test_resume_is_exact(mnist_shards, tmp_path, extra_lams):
+    """A checkpoint holds every set of λ's personal models (``extra_lams``) and their accuracy caches."""
     groups = np.array([0, 1] * 4)
-    kw = dict(noise_multipliers=(0.0, 1.0), ratios=(1.0, 0.5), lams=(0.1, 0.2), count_noise_frac=1.0)
+    kw = dict(noise_multipliers=(0.0, 1.0), ratios=(1.0, 0.5), lams=(0.1, 0.2), count_noise_frac=1.0,
+              extra_lams=extra_lams)
     full = run(FedHDP(GEYER_MLP, _cfg(rounds=4, **kw), groups), mnist_shards, progress=False)
     ckpt = tmp_path / "fedhdp.pt"
     run(FedHDP(GEYER_MLP, _cfg(rounds=2, checkpoint_every=2, **kw), groups), mnist_shards, checkpoint=ckpt,
@@ -80,3 +83,4 @@ def test_resume_is_exact(mnist_shards, tmp_path):
                            progress=False)
     cols = [c for c in full.columns if c != "seconds"]
     assert full[cols].equals(resumed[cols])
+    assert sum(c.startswith("acc_l_") for c in cols) == 2 * (1 + len(extra_lams))

@@ -303,3 +303,30 @@ def test_grid_gain_is_fedhdps_best_r_against_dp_fedavg():
     assert fl.grid_gain(rows) == {"DP-FedAvg+Ditto Acc_g": 31.0, "FedHDP best Acc_g": 68.0, "best r": 0.0, "gain": 37.0}
     with pytest.raises(ValueError, match="one DP-FedAvg"):
         fl.grid_gain(pd.concat([rows, rows.iloc[:1]]))
+
+
+def test_runs_that_differ_in_lambda_alone_share_one_training_bit_for_bit(tmp_path):
+    """The validation grid's runs at one (algorithm, r) differ in Ditto's λ alone, which never moves the global
+    model: one training personalises with every λ (``FedHDPConfig.extra_lams``) and gives each run the table it
+    has trained alone, bit for bit on a CPU (every column but the wall times); a run with a checkpoint of its
+    own resumes alone, and a run that differs in more than λ is refused."""
+    base = fl.FedHDPRun(dataset="noniid_mnist", algorithm="FedHDP", r=0.5, lam_np=0.0, lam_p=0.0, rounds=3, epochs=1,
+                        q=0.3, data=tuple(sorted(SMALL.items())), progress=False, checkpoint_dir=str(tmp_path),
+                        sweep=((0.0, 0.0), (2.0, 2.0), (3.0, 3.0)))
+    configs = base.together()
+    assert [c.lams() for c in configs] == [(0.0, 0.0), (2.0, 2.0), (3.0, 3.0)]
+    shared = base.compute_together(configs)
+    alone = [dataclasses.replace(c, sweep=()).compute() for c in configs]
+    for joint, single in zip(shared, alone):
+        pd.testing.assert_frame_equal(joint.drop(columns="seconds"), single.drop(columns="seconds"), check_exact=True)
+    personal = [tuple(table[["acc_l_0", "acc_l_1"]].dropna().to_numpy().ravel()) for table in alone]
+    assert len(set(personal)) == 3                                     # each λ's own personal models, not a copy
+    assert len({table["acc_g"].iloc[-1] for table in alone}) == 1      # one global model
+    assert base.checkpoint_path(configs[1:]) != base.checkpoint_path() and not list(tmp_path.iterdir())
+    base.checkpoint_path().write_bytes(b"")
+    assert base.together() == [base]
+    with pytest.raises(ValueError, match="more than λ"):
+        base.compute_together([base, dataclasses.replace(base, r=0.25, lam_np=5.0, lam_p=5.0)])
+    with pytest.raises(ValueError, match="one λ per privacy group"):
+        dataclasses.replace(base.algorithm_for(fl.federation("noniid_mnist", "validation", **SMALL)).cfg,
+                            extra_lams=((1.0,),))

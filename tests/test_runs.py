@@ -167,6 +167,62 @@ def test_a_field_hashed_unless_default_keeps_old_hashes_and_separates_new_values
     assert runs.config_hash(globals()["WithSource"](1.0, "jpeg")) != before
 
 
+@dataclasses.dataclass(frozen=True)
+class Power:
+    """Runs computed together: x**k for every k of ``family`` (unhashed) in one go, logged once in CALLS."""
+    x: float
+    k: int
+    family: tuple = dataclasses.field(default=(), metadata={"hash": False})
+    miscount: bool = dataclasses.field(default=False, metadata={"hash": False})
+
+    def compute(self):
+        CALLS.append(("alone", self.k))
+        return self.x ** self.k
+
+    def together(self):
+        return [self] + [dataclasses.replace(self, k=k) for k in self.family]
+
+    def compute_together(self, configs):
+        CALLS.append(("together", tuple(c.k for c in configs)))
+        values = [self.x ** c.k for c in configs]
+        return values[:-1] if self.miscount else values
+
+
+def test_runs_computed_together_are_cached_each_under_its_own_key(tmp_path):
+    """A missing run and its missing companions (``together``) are one computation; each is cached as if computed
+    alone, its provenance naming the others; a cached companion is not recomputed, one without companions left is
+    computed alone, and a config listed twice or as a companion is computed once."""
+    cache = runs.Cache(tmp_path)
+    fam = (1, 2, 3)
+    runs.run(Power(2.0, 3), cache)                                        # no family: alone
+    assert CALLS == [("alone", 3)]
+    first = runs.run(Power(2.0, 1, fam), cache)
+    assert CALLS[1:] == [("together", (1, 2))] and first.value == 2.0 and not first.cached
+    second = runs.run(Power(2.0, 2, fam), cache)
+    assert second.cached and second.value == 4.0 and len(CALLS) == 2
+    assert first.provenance["computed_with"] == [runs.config_hash(Power(2.0, 2))]
+    assert second.provenance["computed_with"] == [runs.config_hash(Power(2.0, 1))]
+    assert runs.run(Power(2.0, 3, fam), cache).cached and "computed_with" not in runs.run(Power(2.0, 3), cache).provenance
+    CALLS.clear()
+    grid = [Power(3.0, k, fam) for k in (2, 1, 2, 3)]
+    assert [r.value for r in runs.run_many(grid, runs.Cache(tmp_path / "b"), progress=False)] == [9.0, 3.0, 9.0, 27.0]
+    assert CALLS == [("together", (2, 1, 3))]
+    CALLS.clear()
+    with ThreadPoolExecutor(2) as pool:
+        out = runs.run_many([Power(5.0, k, fam) for k in fam], runs.Cache(tmp_path / "c"), executor=pool, progress=False)
+    assert [r.value for r in out] == [5.0, 25.0, 125.0] and CALLS == [("together", (1, 2, 3))]
+
+
+def test_a_computation_together_that_miscounts_fails_every_run_it_was_for(tmp_path):
+    cache = runs.Cache(tmp_path)
+    with pytest.raises(RuntimeError, match="returned 1 values for 2 configs"):
+        runs.run(Power(2.0, 1, (1, 2), miscount=True), cache)
+    with pytest.raises(runs.RunsFailed) as failed:
+        runs.run_many([Power(2.0, k, (1, 2), miscount=True) for k in (1, 2)], cache, progress=False)
+    assert len(failed.value.failures) == 2
+    assert not list(tmp_path.glob("*.pkl"))
+
+
 def test_run_many_with_an_executor(tmp_path):
     cache = runs.Cache(tmp_path)
     with ThreadPoolExecutor(2) as pool:

@@ -7,6 +7,13 @@ atomically, with provenance (package version, git commit, device, wall time, see
 with :func:`run_many` therefore resumes where it was interrupted. Set ``FORCE=1`` in the
 environment (or pass ``force=True``) to recompute, or ``RESULTS_ONLY=1`` to compute nothing (a missing result is then an error that lists it).
 
+Runs that one computation can yield together (FedHDP's validation runs that differ only in Ditto's λ,
+which never moves the shared global model) say so: their class defines ``together(self)`` (the configs
+computed with this one, itself among them) and ``compute_together(self, configs)`` (their values, in
+order, ``self`` first). :func:`run` and :func:`run_many` then compute a missing config with its missing
+companions in one go and cache each under its own key, as if computed alone; each one's provenance
+names the others (``computed_with``) and their shared ``wall_time_s``.
+
 A config class may set ``code_version: ClassVar[int]``; bump it when ``compute`` changes meaning,
 so that old cached results are no longer matched. Fields that say where things are rather than
 what is computed (a data directory, a progress flag) take ``metadata={"hash": False}`` and stay
@@ -226,21 +233,41 @@ def _force_from_env() -> bool:
     return env_flag("FORCE")
 
 
-def _compute(config) -> Result:
-    """Compute ``config`` and record where and how long. A training run resumed from a checkpoint
-    (its table's ``attrs["segments"]``, ``dpfl.federated.loop.run``) also records every stretch it
-    took (``segments``: first round, commit, start): ``wall_time_s`` and ``git_commit`` are then the
-    last stretch's alone, and the table's ``seconds`` column holds every round's time. A config field
-    with ``metadata={"provenance": True}`` (unhashed: how, not what, is computed) is recorded too."""
+def _compute(config, companions: tuple = ()) -> list[Result]:
+    """Compute ``config`` (with ``companions``: its :meth:`together` configs to compute in the same go,
+    see the module docstring) and record where and how long; one result per config, ``config``'s first.
+    A training run resumed from a checkpoint (its table's ``attrs["segments"]``, ``dpfl.federated.loop.run``)
+    also records every stretch it took (``segments``: first round, commit, start): ``wall_time_s`` and
+    ``git_commit`` are then the last stretch's alone, and the table's ``seconds`` column holds every round's
+    time. A config field with ``metadata={"provenance": True}`` (unhashed: how, not what, is computed) is
+    recorded too."""
+    configs = [config, *companions]
     start = time.perf_counter()
-    value = config.compute()
+    values = config.compute_together(configs) if companions else [config.compute()]
     wall = time.perf_counter() - start
-    segments = getattr(value, "attrs", {}).get("segments", [])
-    how = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.metadata.get("provenance")}
-    record = provenance(device=getattr(config, "device", None), wall_time_s=round(wall, 4),
-                        seed=getattr(config, "seed", None), config_hash=config_hash(config), **how,
-                        **({"segments": segments} if len(segments) > 1 else {}))
-    return Result(config, value, record, cached=False)
+    if len(values) != len(configs):
+        raise RuntimeError(f"{type(config).__name__}.compute_together returned {len(values)} values for "
+                           f"{len(configs)} configs")
+    hashes = [config_hash(c) for c in configs]
+    out = []
+    for c, value, key in zip(configs, values, hashes):
+        segments = getattr(value, "attrs", {}).get("segments", [])
+        how = {f.name: getattr(c, f.name) for f in dataclasses.fields(c) if f.metadata.get("provenance")}
+        shared = {"computed_with": [h for h in hashes if h != key]} if companions else {}
+        record = provenance(device=getattr(c, "device", None), wall_time_s=round(wall, 4),
+                            seed=getattr(c, "seed", None), config_hash=key, **how, **shared,
+                            **({"segments": segments} if len(segments) > 1 else {}))
+        out.append(Result(c, value, record, cached=False))
+    return out
+
+
+def _companions(config, wanted) -> tuple:
+    """The configs of ``config.together()`` (none for a class without it) other than ``config`` for
+    which ``wanted(config)`` holds, in their order."""
+    together = getattr(config, "together", None)
+    if together is None:
+        return ()
+    return tuple(c for c in dict.fromkeys(together()) if c != config and wanted(c))
 
 
 def run(config, cache: Cache | None = None, *, force: bool | None = None,
@@ -260,7 +287,8 @@ def run(config, cache: Cache | None = None, *, force: bool | None = None,
             return hit
     if env_flag("RESULTS_ONLY") if results_only is None else results_only:
         raise MissingRuns([config], cache)
-    return cache.store(_compute(config), overwrite=force)
+    companions = _companions(config, lambda c: force or cache.load(c) is None)
+    return [cache.store(result, overwrite=force) for result in _compute(config, companions)][0]
 
 
 def run_many(configs: Iterable, cache: Cache | None = None, *, executor: Executor | str | None = None,
@@ -295,27 +323,36 @@ def run_many(configs: Iterable, cache: Cache | None = None, *, executor: Executo
 
         executor = ray_executor(executor)
     failures: dict = {}
+    groups: dict = {}                                  # lead's key → its missing companions (module docstring)
+    assigned: set = set()
+    for key, config in missing.items():
+        if key not in assigned:
+            groups[key] = _companions(config, lambda c: (h := config_hash(c)) in missing and h not in assigned)
+            assigned.update([key, *map(config_hash, groups[key])])
 
     def finish(key, compute):
         try:
-            result = compute()
+            computed = compute()
         except Exception as err:  # noqa: BLE001 — one failed run must not cost the grid
-            failures[missing[key]] = err
-        else:
+            for config in (missing[key], *groups[key]):
+                failures[config] = err
+            bar.update(1 + len(groups[key]))
+            return
+        for result in computed:
             result = cache.store(result, overwrite=force)
-            for i in todo[key]:
+            for i in todo[config_hash(result.config)]:
                 results[i] = result
-        bar.update(1)
+            bar.update(1)
 
     bar = _progress(len(todo), progress, f"{len(configs) - sum(map(len, todo.values()))} cached")
     try:
         if executor is None:
-            for key, config in missing.items():
-                finish(key, lambda: _compute(config))
+            for key, companions in groups.items():
+                finish(key, lambda: _compute(missing[key], companions))
         else:
             from concurrent.futures import as_completed
 
-            futures = {executor.submit(_compute, config): key for key, config in missing.items()}
+            futures = {executor.submit(_compute, missing[key], companions): key for key, companions in groups.items()}
             for fut in as_completed(futures):
                 finish(futures[fut], fut.result)
     finally:

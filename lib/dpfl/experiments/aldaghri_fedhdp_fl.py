@@ -175,7 +175,9 @@ class FedHDPRun(TrainingRun):
     HDP-FedAvg's aggregation) on ``dataset`` with Ditto's ``lam_np``, ``lam_p``, evaluated on the
     ``evaluation`` sets. ``rounds``; ``epochs`` (None: Table 7's); ``z`` (None: Table 7's effective
     noise multiplier); ``q``: each client's probability of taking part in a round (Poisson);
-    ``data``: :func:`federation`'s size arguments; ``seed`` of the training, ``data_seed`` of the split."""
+    ``data``: :func:`federation`'s size arguments; ``seed`` of the training, ``data_seed`` of the split.
+    ``sweep``: the (λ_np, λ_p) pairs of a grid whose runs this one's training serves too (:meth:`together`;
+    unhashed: a run's result is the same computed alone or with them)."""
 
     #: 2: a private group's noised sum, its clipped count and its two-step weight use its expected
     #: count (Poisson sampling), not the realised one (docs/privacy-accounting.md); 3: the opting-out
@@ -196,9 +198,13 @@ class FedHDPRun(TrainingRun):
     data: tuple = ()
     seed: int = 0
     data_seed: int = 0
+    sweep: tuple = dataclasses.field(default=(), metadata={"hash": False})
 
     def __post_init__(self):
         checks.one_of("dataset", self.dataset, tuple(DATASETS))
+        for pair in self.sweep:
+            if len(pair) != 2:
+                raise ValueError(f"sweep must hold (lam_np, lam_p) pairs; got {pair!r}")
         checks.one_of("algorithm", self.algorithm, ALGORITHMS)
         checks.nonnegative("lam_np", self.lam_np)
         checks.nonnegative("lam_p", self.lam_p)
@@ -222,17 +228,23 @@ class FedHDPRun(TrainingRun):
         return federation(self.dataset, self.evaluation, data_seed=self.data_seed, data_dir=self.data_dir,
                           **dict(self.data))
 
-    def algorithm_for(self, fed: Federation) -> FedHDP:
-        """FedHDP configured as ``self.algorithm`` (the groups of its mechanisms; metrics by cohort)."""
+    def lams(self) -> tuple:
+        """Ditto's λ per privacy group of ``self.algorithm`` (the one-group baselines: one)."""
+        return {"Non-Private+Ditto": (self.lam_np,), "DP-FedAvg+Ditto": (self.lam_p,)}.get(
+            self.algorithm, (self.lam_np, self.lam_p))
+
+    def algorithm_for(self, fed: Federation, extra_lams: tuple = ()) -> FedHDP:
+        """FedHDP configured as ``self.algorithm`` (the groups of its mechanisms; metrics by cohort), also
+        personalising with each of ``extra_lams`` (:class:`~dpfl.federated.fedhdp.FedHDPConfig`)."""
         t7 = TABLE7[DATASETS[self.dataset]]
         z = self.z if self.z is not None else t7["z"]
         cohorts, K = fed.cohorts, len(fed.cohorts)
         if self.algorithm == "Non-Private+Ditto":          # one group, no noise
-            groups, zs, ratios, lams = np.zeros(K, dtype=np.int64), (0.0,), (1.0,), (self.lam_np,)
+            groups, zs, ratios = np.zeros(K, dtype=np.int64), (0.0,), (1.0,)
         elif self.algorithm == "DP-FedAvg+Ditto":          # one group, everyone private
-            groups, zs, ratios, lams = np.zeros(K, dtype=np.int64), (z,), (1.0,), (self.lam_p,)
+            groups, zs, ratios = np.zeros(K, dtype=np.int64), (z,), (1.0,)
         else:                                             # the opting-out clients' group adds no noise
-            groups, zs, ratios, lams = cohorts, (0.0, z), (1.0, self.r), (self.lam_np, self.lam_p)
+            groups, zs, ratios = cohorts, (0.0, z), (1.0, self.r)
         expected_private = self.q * int((cohorts == 1).sum())
         n_min = int(fed.data.client_sizes.min())
         steps = (self.epochs or t7["epochs"]) * max(1, n_min // t7["batch"])
@@ -241,7 +253,7 @@ class FedHDPRun(TrainingRun):
             rounds=self.rounds, batch_size=min(t7["batch"], n_min), local_steps=steps, sampler=PoissonClients(self.q),
             local=LocalConfig(optimizer="sgd", lr=t7["lr"]), lr_schedule=decay, seed=self.seed,
             clip_init=0.1, target_quantile=t7["quantile"], clip_lr=t7["clip_lr"],
-            noise_multipliers=zs, ratios=ratios, lams=lams, personal_lr=t7["personal_lr"],
+            noise_multipliers=zs, ratios=ratios, lams=self.lams(), extra_lams=extra_lams, personal_lr=t7["personal_lr"],
             count_noise_frac=max(0.05, z / max(expected_private, 1e-9)), delta=self.delta,
             eval_every=max(1, self.rounds // 10))
         return FedHDP(fed.model, cfg, groups, server_test=fed.server_test, cohorts=cohorts)
@@ -250,6 +262,35 @@ class FedHDPRun(TrainingRun):
         """Train; one row per round (:class:`~dpfl.federated.fedhdp.FedHDP`)."""
         fed = self.federation()
         return self.train(self.algorithm_for(fed), fed.data)
+
+    def together(self) -> list:
+        """This run and the runs of its ``sweep``'s other λ (``dpfl.runs``: computed in one training, since
+        λ never moves the global model), unless it has a checkpoint of its own to resume (then alone)."""
+        own = self.checkpoint_path()
+        if own is not None and own.exists():
+            return [self]
+        return [self] + [dataclasses.replace(self, lam_np=a, lam_p=b) for a, b in self.sweep
+                         if (a, b) != (self.lam_np, self.lam_p)]
+
+    def compute_together(self, configs: list) -> list[pd.DataFrame]:
+        """The tables of ``configs`` (this run first, then runs that differ from it in λ alone) from one
+        training that personalises with each one's λ (``FedHDPConfig.extra_lams``), each as if trained alone."""
+        others = configs[1:]
+        for c in others:
+            if dataclasses.replace(c, lam_np=self.lam_np, lam_p=self.lam_p) != self:
+                raise ValueError(f"{c.label} differs from {self.label} in more than λ: it cannot share its training")
+        fed = self.federation()
+        metrics = self.train(self.algorithm_for(fed, tuple(c.lams() for c in others)), fed.data, companions=others)
+        return [_one_variant(metrics, f"@{j}" if j else "") for j in range(len(configs))]
+
+
+def _one_variant(metrics: pd.DataFrame, suffix: str) -> pd.DataFrame:
+    """A table of a run personalised with several sets of λ (``FedHDPConfig.extra_lams``) as the run with one
+    of them alone would have it: the shared columns, and the set's own (``suffix``: "" or ``@j``) without it."""
+    columns = [c for c in metrics.columns if "@" not in c]
+    out = pd.DataFrame({c: metrics[c + suffix] if c + suffix in metrics.columns else metrics[c] for c in columns})
+    out.attrs = dict(metrics.attrs)
+    return out
 
 
 def outcome(run: FedHDPRun, metrics: pd.DataFrame, tail: float = 0.0) -> dict:
@@ -306,11 +347,13 @@ def validation_grid(profile: str, *, seed: int = 0, **placement) -> list[FedHDPR
     """Every run of the grid search on the validation sets (training seed 0, the split's ``seed``):
     per dataset, each algorithm at
     every λ of the grid (λ_np = λ_p: Ditto's λ of a cohort changes only that cohort's personal models,
-    so one run per λ scores it for both cohorts) and FedHDP at every r of the grid."""
+    so one run per λ scores it for both cohorts) and FedHDP at every r of the grid. Runs that differ in λ alone
+    share one training (``sweep``; :meth:`FedHDPRun.together`): a row's three λ cost one global training
+    and three Ditto passes instead of three of each."""
     s = SETTINGS[checks.one_of("profile", profile, tuple(SETTINGS))]
     out = []
     for dataset in s["datasets"]:
-        common = _common(profile, dataset, data_seed=seed, **placement)
+        common = _common(profile, dataset, data_seed=seed, sweep=tuple((lam, lam) for lam in s["lams"]), **placement)
         for lam in s["lams"]:
             for algorithm in ALGORITHMS[:3]:
                 out.append(FedHDPRun(algorithm=algorithm, lam_np=lam, lam_p=lam, **common))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -52,16 +53,20 @@ class TrainingRun:
     whole: bool = dataclasses.field(default=False, metadata={"hash": False})
     progress: bool = dataclasses.field(default=True, metadata={"hash": False})
 
-    def checkpoint_path(self) -> Path | None:
-        """Where this run keeps its state while unfinished: ``<checkpoint_dir>/<Class>-<hash>.pt``, or None."""
+    def checkpoint_path(self, companions=()) -> Path | None:
+        """Where this run keeps its state while unfinished: ``<checkpoint_dir>/<Class>-<hash>.pt``, or None;
+        computed with ``companions`` (``dpfl.runs``: runs computed together), ``<Class>-<hash>+<their hash>.pt``."""
         if not self.checkpoint_dir:
             return None
-        return Path(self.checkpoint_dir) / f"{type(self).__name__}-{runs.config_hash(self)}.pt"
+        name = f"{type(self).__name__}-{runs.config_hash(self)}"
+        if companions:
+            name += "+" + hashlib.sha256(" ".join(runs.config_hash(c) for c in companions).encode()).hexdigest()[:8]
+        return Path(self.checkpoint_dir) / f"{name}.pt"
 
-    def train(self, algorithm, fd):
+    def train(self, algorithm, fd, companions=()):
         """``dpfl.federated.loop.run`` with this run's placement, checkpointing to
         :meth:`checkpoint_path` (removed once the run finishes: the cached result replaces it)."""
-        checkpoint = self.checkpoint_path()
+        checkpoint = self.checkpoint_path(companions)
         if checkpoint is not None:
             checkpoint.parent.mkdir(parents=True, exist_ok=True)
         metrics = run(algorithm, fd, checkpoint=checkpoint, checkpoint_seconds=self.checkpoint_seconds,
@@ -157,6 +162,8 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
         want(config, k)                        # its follow-ups next, before the runs queued behind it
         segments = result.provenance.get("segments")              # resumed: the time is the last stretch's
         took = f"{result.provenance['wall_time_s']:.0f} s" + (f" (rounds {segments[-1]['first_round']}–)" if segments else "")
+        if result.provenance.get("computed_with"):                # one training for several runs (dpfl.runs)
+            took += f", one training with {len(result.provenance['computed_with'])} other run(s)"
         print(f"[{k}/{len(todo)}] {name(config)}: {len(result.value)} rounds in {took}", flush=True)
     missing = [name(c) for c in todo if c not in done]
     Path(args.cache).mkdir(parents=True, exist_ok=True)
@@ -176,6 +183,8 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
 def _checkpoint_note(config) -> str:
     """`` (checkpoint PATH, N MiB, written DATE)`` when ``config`` has a checkpoint to resume from, else ``""``."""
     path = config.checkpoint_path() if isinstance(config, TrainingRun) else None
+    if path is not None and not path.exists():                  # or one of a computation with companions
+        path = next(iter(sorted(path.parent.glob(f"{path.stem}+*.pt"))), path)
     if path is None or not path.exists():
         return ""
     stat = path.stat()

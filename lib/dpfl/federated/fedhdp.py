@@ -14,6 +14,9 @@ which is private (docs/privacy-accounting.md).
 Ditto personalises every participating client:
 v_k ← steps on f_k(v) + λ_l/2·‖v − w_t‖². With ratios (1, 1) this is HDP-FedAvg; with every
 group at the same z it is DP-FedAvg (with Ditto); r = 0 ignores the private clients.
+λ never moves the global model, so one run can personalise with several λ at once (``extra_lams``):
+each set of λ keeps its own personal models and starts its steps from the same generator states, so
+its columns are those a run with that λ alone would give, bit for bit on a CPU.
 
 Metrics follow the paper's: the global model on the server test set (``Acc_g``) and on each
 group's local test sets (``Acc_g,l``); personalised models on their own test sets (``Acc_l,l``);
@@ -47,7 +50,9 @@ class FedHDPConfig(ServerDPConfig):
     """One FedHDP run. Per group l (tuples, one entry per group): ``noise_multipliers`` z_l (0 =
     non-private), ``ratios`` r_l of the two-step aggregation, ``lams`` Ditto's λ_l.
     ``lr_schedule``: the clients' learning rate (Table 7: ``LearningRate(0.9, 50, per="round")``).
-    ``count_noise_frac``: σ_b = frac × the group's expected clients per round (Andrew et al.: 0.05)."""
+    ``count_noise_frac``: σ_b = frac × the group's expected clients per round (Andrew et al.: 0.05).
+    ``extra_lams``: further sets of Ditto's λ (each one entry per group), personalised beside ``lams``
+    from the same global model; the row's columns of set j (from 1) end in ``@j`` (``acc_l_0@1``)."""
 
     noise_multipliers: tuple
     ratios: tuple
@@ -56,6 +61,7 @@ class FedHDPConfig(ServerDPConfig):
     personal_steps: int | None = None
     count_noise_frac: float = 0.05
     delta: float = 1e-5
+    extra_lams: tuple = dataclasses.field(default=(), metadata={"hash": "unless-default"})  # keys as before it
 
     def __post_init__(self):
         super().__post_init__()
@@ -66,8 +72,11 @@ class FedHDPConfig(ServerDPConfig):
             checks.nonnegative("noise_multipliers", z)
         for r in self.ratios:
             checks.in_range("ratios", r, 0, 1)
-        for lam in self.lams:
-            checks.nonnegative("lams", lam)
+        for lams in (self.lams, *self.extra_lams):
+            if len(lams) != n:
+                raise ValueError(f"each set of extra_lams needs one λ per privacy group ({n}); got {lams!r}")
+            for lam in lams:
+                checks.nonnegative("lams", lam)
         checks.positive("personal_lr", self.personal_lr)
         checks.positive("count_noise_frac", self.count_noise_frac)
         checks.in_range("delta", self.delta, 0, 1, lo_open=True, hi_open=True)
@@ -114,9 +123,12 @@ class FedHDP(ServerDP):
         self.sizes = [int((groups == l).sum()) for l in range(L)]
         self.count_std, self.z_update = group_noise(cfg, self.sizes)
         init = self.initial_params(device)
-        self.state = {"global": init, "personal": {k: v.unsqueeze(0).repeat(K, *[1] * v.ndim) for k, v in init.items()},
-                      "bounds": [cfg.clip_init] * L, "groups": groups,
+        stack = lambda: {k: v.unsqueeze(0).repeat(K, *[1] * v.ndim) for k, v in init.items()}
+        self.state = {"global": init, "personal": stack(), "bounds": [cfg.clip_init] * L, "groups": groups,
                       "personal_acc": accuracy_cache(K, device)}      # evaluate() recomputes the moved models only
+        if cfg.extra_lams:                                            # the further sets of λ (``extra_lams``)
+            self.state["variants"] = [{"personal": stack(), "personal_acc": accuracy_cache(K, device)}
+                                      for _ in cfg.extra_lams]
         self.test = fd.test_batch(np.arange(K))
         if self.server_test is None:
             self.server_x, self.server_y = fd.test_x[self.used], fd.test_y[self.used]
@@ -168,20 +180,30 @@ class FedHDP(ServerDP):
             self.move(server.two_step(means, counts, cfg.ratios))
         return row
 
+    def _variants(self) -> list[tuple[str, tuple, dict]]:
+        """Each set of Ditto's λ with its columns' suffix and its part of the state (personal models,
+        accuracy cache): ``cfg.lams`` first (no suffix), then ``cfg.extra_lams`` (``@1``, ``@2``, …)."""
+        extra = zip(self.cfg.extra_lams, self.state.get("variants", []))
+        return [("", self.cfg.lams, self.state)] + [(f"@{j}", lams, part) for j, (lams, part) in enumerate(extra, 1)]
+
     def personalise(self, r: Round, x, y, gens: list, anchor: dict) -> None:
         """Ditto: every participating client's personal model takes steps pulled toward the w_t
-        (``anchor``) it received, with its group's λ."""
-        cfg, state, groups = self.cfg, self.state, self.groups[r.selected]
+        (``anchor``) it received, with its group's λ; each set of λ from the same generator states."""
+        cfg, groups = self.cfg, self.groups[r.selected]
         steps = cfg.personal_steps or cfg.local_steps
-        for l in range(self.L):
-            pos = np.flatnonzero(groups == l)
-            if pos.size == 0:
-                continue
-            idx = torch.as_tensor(r.selected[pos], device=r.device)
-            new = ditto(self.model, take(state["personal"], idx), anchor, x[pos][:, :steps], y[pos][:, :steps],
-                        [gens[i] for i in pos], lam=cfg.lams[l], lr=cfg.personal_lr)
-            put(state["personal"], idx, new)
-            state["personal_acc"]["stale"][idx] = True
+        start = [g.get_state() for g in gens]
+        for _, lams, part in self._variants():
+            for g, s in zip(gens, start):
+                g.set_state(s)
+            for l in range(self.L):
+                pos = np.flatnonzero(groups == l)
+                if pos.size == 0:
+                    continue
+                idx = torch.as_tensor(r.selected[pos], device=r.device)
+                new = ditto(self.model, take(part["personal"], idx), anchor, x[pos][:, :steps], y[pos][:, :steps],
+                            [gens[i] for i in pos], lam=lams[l], lr=cfg.personal_lr)
+                put(part["personal"], idx, new)
+                part["personal_acc"]["stale"][idx] = True
 
     def inspect_group(self, group: int, updates: dict, noise_std: float) -> dict:
         """Extra columns of the round's row from group ``group``'s updates as the server averages them
@@ -205,11 +227,14 @@ class FedHDP(ServerDP):
         return row
 
     def evaluate(self, r: Round) -> dict:
-        """Every client's personal model on its own test set, by cohort (every ``cfg.eval_every`` rounds)."""
-        acc_l = refresh_accuracy(self.model, self.state["personal"], self.test, self.state["personal_acc"])
-        row = {f"acc_l_{l}": float(acc_l[members].mean()) for l, members in enumerate(self.members)}
-        if len(self.members) >= 2:
-            row["delta_l"] = row["acc_l_0"] - row["acc_l_1"]
+        """Every client's personal model on its own test set, by cohort (every ``cfg.eval_every`` rounds),
+        for each set of λ."""
+        row = {}
+        for suffix, _, part in self._variants():
+            acc_l = refresh_accuracy(self.model, part["personal"], self.test, part["personal_acc"])
+            row |= {f"acc_l_{l}{suffix}": float(acc_l[members].mean()) for l, members in enumerate(self.members)}
+            if len(self.members) >= 2:
+                row[f"delta_l{suffix}"] = row[f"acc_l_0{suffix}"] - row[f"acc_l_1{suffix}"]
         return row
 
     def load_state_dict(self, state: dict) -> None:
