@@ -390,3 +390,39 @@ def test_an_only_that_names_no_run_is_an_error_before_any_work(tmp_path, capsys)
     runs.run(Cell(name="p=1 σ=1.0"), runs.Cache(cache))
     assert runner.main("t", grid, lambda r: r.name, ["p"], str(cache), ["--profile", "p", "--cache", str(cache),
                                                                        "--only", "σ=1.0", "--list"]) == 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Mate(runner.TrainingRun):
+    """A runner's run that one training computes with the other members of its ``family`` (unhashed)."""
+    name: str
+    family: tuple = dataclasses.field(default=(), metadata={"hash": False})
+
+    def compute(self):
+        CALLS.append(self.name)
+        return [self.name]
+
+    def together(self):
+        return [self] + [dataclasses.replace(self, name=n) for n in self.family if n != self.name]
+
+    def compute_together(self, configs):
+        CALLS.append("+".join(c.name for c in configs))
+        return [[c.name] for c in configs]
+
+
+def test_the_runner_counts_and_bundles_runs_computed_in_one_training_at_once(tmp_path, capsys):
+    """Runs computed with another (``dpfl.runs``: ``together``) are done when it is: the runner counts them right
+    after it, before the next training, so a budget that ends the call there still bundles them, whether or not
+    the grid (or ``--only``) lists them; nothing is computed twice."""
+    import json
+    import tarfile
+
+    grid = lambda profile, **_: [Mate(name=n, family=("a1", "a2", "a3")) for n in ("a1", "b", "a2")]
+    args = ["--profile", "p", "--device", "cpu", "--cache", str(tmp_path), "--bundle", str(tmp_path / "new.tar.gz")]
+    assert runner.main("t", grid, lambda r: r.name, ["p"], str(tmp_path), args) == 0
+    assert CALLS == ["a1+a2+a3", "b"]
+    progress = json.loads((tmp_path / "progress.json").read_text())
+    assert [n.split(": ")[1] for n in progress["computed_now"]] == ["a1", "a2", "a3", "b"]
+    with tarfile.open(tmp_path / "new.tar.gz") as tar:
+        assert len([m for m in tar.getnames() if m.endswith(".pkl")]) == 4
+    assert "one training with 2 other run(s)" in capsys.readouterr().out

@@ -158,12 +158,15 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
             status = f"budget of {args.budget:.0f} s reached: {stop}"
             print(f"{status}; {len(todo) - k + 1} run(s) left", flush=True)
             break
-        done.append(config)
-        want(config, k)                        # its follow-ups next, before the runs queued behind it
+        mates = _computed_with(config, result)  # computed in the same training (dpfl.runs): done now, bundled with it
+        todo[k:] = [c for c in todo[k:] if c not in mates]
+        done += [config, *(c for c in mates if c not in done)]
+        for c in [config, *mates]:
+            want(c, k)                         # their follow-ups next, before the runs queued behind them
         segments = result.provenance.get("segments")              # resumed: the time is the last stretch's
         took = f"{result.provenance['wall_time_s']:.0f} s" + (f" (rounds {segments[-1]['first_round']}–)" if segments else "")
-        if result.provenance.get("computed_with"):                # one training for several runs (dpfl.runs)
-            took += f", one training with {len(result.provenance['computed_with'])} other run(s)"
+        if mates:
+            took += f", one training with {len(mates)} other run(s): " + "; ".join(name(c) for c in mates)
         print(f"[{k}/{len(todo)}] {name(config)}: {len(result.value)} rounds in {took}", flush=True)
     missing = [name(c) for c in todo if c not in done]
     Path(args.cache).mkdir(parents=True, exist_ok=True)
@@ -178,6 +181,14 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
                     tar.add(path, arcname=path.name)
         print(f"{len(done)} new run(s) bundled in {args.bundle}", flush=True)
     return 3 if missing else 0
+
+
+def _computed_with(config, result) -> list:
+    """The configs computed in the same go as ``config``'s fresh ``result`` (``dpfl.runs``: ``together``), by
+    the hashes its provenance names; none for a result read from the cache."""
+    hashes = set(result.provenance.get("computed_with", ())) if not result.cached else set()
+    together = getattr(config, "together", None)
+    return [c for c in together() if runs.config_hash(c) in hashes] if hashes and together else []
 
 
 def _checkpoint_note(config) -> str:
