@@ -10,9 +10,9 @@ environment (or pass ``force=True``) to recompute, or ``RESULTS_ONLY=1`` to comp
 Runs that one computation can yield together (FedHDP's validation runs that differ only in Ditto's λ,
 which never moves the shared global model) say so: their class defines ``together(self)`` (the configs
 computed with this one, itself among them) and ``compute_together(self, configs)`` (their values, in
-order, ``self`` first). :func:`run` and :func:`run_many` then compute a missing config with its missing
-companions in one go and cache each under its own key, as if computed alone; each one's provenance
-names the others (``computed_with``) and their shared ``wall_time_s``.
+order, ``self`` first). :func:`run` then computes a missing config with every missing companion in one go,
+:func:`run_many` with those its grid lists, and each is cached under its own key, as if computed alone; each
+one's provenance names the others (``computed_with``) and their shared ``wall_time_s``.
 
 A config class may set ``code_version: ClassVar[int]``; bump it when ``compute`` changes meaning,
 so that old cached results are no longer matched. Fields that say where things are rather than
