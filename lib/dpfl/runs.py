@@ -263,7 +263,7 @@ def _compute(config, companions: tuple = ()) -> list[Result]:
 
 def _companions(config, wanted) -> tuple:
     """The configs of ``config.together()`` (none for a class without it) other than ``config`` for
-    which ``wanted(config)`` holds, in their order."""
+    which ``wanted(c)`` holds, in their order."""
     together = getattr(config, "together", None)
     if together is None:
         return ()
