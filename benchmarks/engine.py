@@ -14,6 +14,9 @@
     same work (an ``nn.Module`` and ``torch.optim.SGD`` per client, the server step shared);
 (g) a CPU round of 50 non-private clients in a fresh process with glibc's malloc defaults vs with freed memory
     kept (``dpfl.allocator``: no page fault per fresh large tensor), with the page faults and peak memory of each;
+(h) FedHDP's validation grid, a row's three λ (Ditto's λ never moves the global model): three trainings of one λ each
+    vs one training that personalises with all three (``FedHDPConfig.extra_lams``, ``FedHDPRun.together``), DP-FedAvg+Ditto
+    on non-IID MNIST at Table 7's setting (500 clients, q = 0.1), 3 rounds of 5 local epochs (needs MNIST: ``DPFL_DATA``);
 (d) kernel launches per round: the ATen operations (each one kernel launch on a GPU) and the random
     draws of one round of C clients, counted with a ``TorchDispatchMode``, against the per-tensor draw
     pattern the engine had before (8 ``randn`` for the noise + 2 × (full, bernoulli, div) for the
@@ -23,6 +26,7 @@ peers' and cluster tables, rows measured apart). Run: ``make bench``.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import platform
@@ -209,6 +213,21 @@ def allocator_ratio(clients: int = 50, steps: int = 4, batch: int = 16) -> tuple
     return tuple(_fresh_round(clients, steps, batch, dp=False, device="cpu", keep=keep, repeat=3) for keep in (False, True))
 
 
+def shared_lambda_ratio(rounds: int = 3, epochs: int = 5, lams=(0.05, 0.2, 1.0)) -> tuple:
+    """(h) Seconds of one training per λ of ``lams`` (summed) and of one training personalising with all of them."""
+    from dpfl.experiments import aldaghri_fedhdp_fl as fl
+    from dpfl.federated.loop import run
+
+    one = fl.FedHDPRun(dataset="noniid_mnist", algorithm="DP-FedAvg+Ditto", lam_np=lams[0], lam_p=lams[0], rounds=rounds,
+                       epochs=epochs, progress=False, device=DEVICE)
+    fed = one.federation()
+    alone = [dataclasses.replace(one, lam_np=lam, lam_p=lam) for lam in lams]
+    train = lambda algorithm: run(algorithm, fed.data, progress=False, device=DEVICE)
+    separate = sum(best(lambda c=c: train(c.algorithm_for(fed)), repeat=2, device=DEVICE) for c in alone)
+    together = best(lambda: train(one.algorithm_for(fed, tuple((lam,) for lam in lams[1:]))), repeat=2, device=DEVICE)
+    return together, separate
+
+
 def launches_per_round(clients=10, steps=2, batch=16) -> dict:
     """ATen ops and random draws of one DP-SGD round of ``clients`` MnistCNN clients, now and with the
     previous per-tensor draws (replayed: the same shapes drawn tensor by tensor)."""
@@ -262,6 +281,10 @@ def main():
     rows.append(("(g) glibc's malloc defaults / freed memory kept (dpfl.allocator), a CPU round of 50 non-private "
                  "MnistCNN clients × 4 Adam steps of B=16", kept["seconds"], default["seconds"],
                  default["seconds"] / kept["seconds"], "> 1 (the CLI's long CPU runs keep it)"))
+    together, separate = shared_lambda_ratio()
+    rows.append(("(h) three trainings of one λ each / one training personalising with all three, FedHDP's grid row "
+                 "(DP-FedAvg+Ditto, non-IID MNIST, 500 clients, q = 0.1, 3 rounds × 5 epochs)", together, separate,
+                 separate / together, "> 1 (the grid's rows share their training)"))
     small, large = 10, 50
     m_small, m_large = _fresh_round(small)["peak_mib"], _fresh_round(large)["peak_mib"]
     per_client = (m_large - m_small) / (large - small)
@@ -273,7 +296,8 @@ def main():
             "(a): seconds per client step; the baseline is the non-private step, the ratio DP / plain. "
             "(b), (e): seconds per round; the baseline is our vectorised round, the ratio the per-client loop / "
             "ours (higher is better for us); (f): seconds per round, the baseline the other route; (g): seconds "
-            "per round, the baseline the round with freed memory kept.\n\n"
+            "per round, the baseline the round with freed memory kept; (h): seconds of training, the baseline the shared "
+            "training.\n\n"
             + table.to_markdown(index=False, floatfmt=".3g")
             + f"\n\n(c) peak memory of a process training one round of MnistCNN clients (2 DP-SGD steps, B=16; "
               f"{'GPU max_memory_allocated' if DEVICE == 'cuda' else 'CPU peak RSS, VmHWM'}): {m_small:.0f} MiB at "
