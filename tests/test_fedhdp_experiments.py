@@ -184,6 +184,8 @@ def test_the_variance_probe_measures_what_the_theory_calls_a_and_b_and_changes_n
     assert probed_algorithm.inspect_group(0, {k: v[:1] for k, v in updates.items()}, 0.0) == {}
     with pytest.raises(ValueError, match="RatioProbe runs FedHDP"):
         fl.RatioProbe(dataset="noniid_mnist", algorithm="DP-FedAvg+Ditto", lam_np=0.5, lam_p=0.5)
+    with pytest.raises(ValueError, match="RatioProbe trains alone"):             # a shared training has no variances
+        fl.RatioProbe(dataset="noniid_mnist", algorithm="FedHDP", lam_np=0.5, lam_p=0.5, sweep=((0.5, 0.5), (1.0, 1.0)))
 
 
 def test_measured_ratio_is_a_over_b_over_the_rounds_that_measured_both():

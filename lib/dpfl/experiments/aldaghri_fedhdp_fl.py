@@ -449,6 +449,8 @@ class RatioProbe(FedHDPRun):
         super().__post_init__()
         if self.algorithm != "FedHDP":
             raise ValueError("a RatioProbe runs FedHDP (two groups); got algorithm " + repr(self.algorithm))
+        if self.sweep:
+            raise ValueError("a RatioProbe trains alone (its rows carry the variances): sweep must be empty")
 
     def compute(self) -> pd.DataFrame:
         fed = self.federation()
