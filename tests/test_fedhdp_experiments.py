@@ -7,6 +7,7 @@ import torch
 import pandas as pd
 import pytest
 
+from dpfl import runs
 from dpfl.experiments import aldaghri_fedhdp_fl as fl
 from dpfl.federated.loop import run
 
@@ -219,7 +220,6 @@ def test_the_cli_computes_each_datasets_final_runs_and_probes_once_its_grid_is_c
     """A budgeted CLI call (a GPU's, or a long CPU job's) leaves section 6 nothing to compute: after the grids
     (validation and iid_mnist's ratio grid) it trains each dataset's selected final runs and its ratio probe
     (``fl.followups``), which results-only mode then reads; a dataset's grid not yet complete calls for none."""
-    from dpfl import runs
 
     cache = runs.Cache(tmp_path)
     grid = fl.cli_grid("smoke")
@@ -329,6 +329,9 @@ def test_runs_that_differ_in_lambda_alone_share_one_training_bit_for_bit(tmp_pat
     assert base.together() == [base]
     with pytest.raises(ValueError, match="more than λ"):
         base.compute_together([base, dataclasses.replace(base, r=0.25, lam_np=5.0, lam_p=5.0)])
+    cfg = base.algorithm_for(fl.federation("noniid_mnist", "validation", **SMALL)).cfg
     with pytest.raises(ValueError, match="one λ per privacy group"):
-        dataclasses.replace(base.algorithm_for(fl.federation("noniid_mnist", "validation", **SMALL)).cfg,
-                            extra_lams=((1.0,),))
+        dataclasses.replace(cfg, extra_lams=((1.0,),))
+    # checkpoints written before extra_lams existed keep their key: the field enters it only when set
+    assert "extra_lams" not in runs.jsonable(cfg) and "extra_lams" in runs.jsonable(
+        dataclasses.replace(cfg, extra_lams=((1.0, 1.0),)))
