@@ -340,16 +340,17 @@ def test_runs_that_differ_in_lambda_alone_share_one_training_bit_for_bit(tmp_pat
 def test_the_committed_paper_setting_numbers(data_root):
     """The numbers the issue notes and REPORT give for Table 7's setting with our sizes, read from the committed cache
     (``figures/aldaghri_fedhdp/cache``; nothing is computed): non-IID MNIST's selection, headline gain and Δ_l, its
-    quiet probe, and skewed MNIST's validation selection and gain."""
+    quiet probe, and skewed MNIST's validation selection and gain and its test-set gain and Δ_l."""
     from pathlib import Path
 
     cache = runs.Cache(Path(__file__).parents[1] / "figures" / "aldaghri_fedhdp" / "cache")
-    chosen, test = fl.cached_section("paper", cache.load, data_dir=str(data_root))["noniid_mnist"]
+    section = fl.cached_section("paper", cache.load, data_dir=str(data_root))
+    chosen, test = section["noniid_mnist"]
     assert float(chosen.set_index("algorithm").loc["FedHDP", "r"]) == 0.0
     heads = fl.headlines(test).set_index("comparison")
     assert heads.loc["gain", "ours"] == pytest.approx(35.56, abs=0.01) and heads.loc["gain", "s.e."] == pytest.approx(1.63, abs=0.01)
     assert heads.loc["gap", "ours"] == pytest.approx(-0.78, abs=0.01)
-    quiet = fl.quiet_section("paper", cache.load, data_dir=str(data_root)).set_index("noise")
+    quiet = fl.quiet_section("paper", cache.load, data_dir=str(data_root)).set_index(["dataset", "noise"]).loc["noniid_mnist"]
     assert quiet.loc["Table 7's z", "gain"] == pytest.approx(37.23, abs=0.01)
     assert quiet.loc["z / 10", "gain"] == pytest.approx(-0.01, abs=0.01)
     skewed = fl._selection("paper", "skewed_mnist", cache.load)
@@ -357,3 +358,7 @@ def test_the_committed_paper_setting_numbers(data_root):
     grid = [c for c in fl.validation_grid("paper") if c.dataset == "skewed_mnist" and c.lam_np == 0.05]
     gain = fl.grid_gain(pd.DataFrame([fl.outcome(c, cache.load(c).value) for c in grid]))
     assert gain["best r"] == 0.1 and gain["gain"] == pytest.approx(1.12, abs=0.01)
+    skewed_heads = fl.headlines(section["skewed_mnist"][1]).set_index("comparison")
+    assert skewed_heads.loc["gain", "ours"] == pytest.approx(0.70, abs=0.01)
+    assert skewed_heads.loc["gain", "s.e."] == pytest.approx(3.72, abs=0.01)
+    assert skewed_heads.loc["gap", "ours"] == pytest.approx(-0.21, abs=0.01)
