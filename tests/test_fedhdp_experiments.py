@@ -268,6 +268,8 @@ def test_the_claims_of_section_5_2_hold_or_fail_on_the_numbers():
     assert got["FedHDP's Acc_g gain over DP-FedAvg+Ditto > 0 beyond its s.e. on d"]
     assert not got["Δ_l = Acc_l,np − Acc_l,p under FedHDP > 0 beyond its s.e. on d"]
     assert got["d: FedHDP ≥ DP-FedAvg+Ditto in Acc_g"] and not got["d: FedHDP ≥ HDP-FedAvg+Ditto in Acc_g"]
+    notes = {c["statement"]: c["note"] for c in fl.claims(pd.DataFrame(rows), heads)}
+    assert notes["d: FedHDP ≥ HDP-FedAvg+Ditto in Acc_g"].startswith("84.00 ± 0.50 vs 85.00")
     assert got["d: opting out helps the clients who opt out (Acc_l,np, FedHDP vs all private)"]
     assert got["FedHDP's Acc_g gain over DP-FedAvg+Ditto on d ≤ the abstract's 'up to' 9.27 pp (+2)"]
     assert not got["FedHDP's Acc_g gain over DP-FedAvg+Ditto on e ≤ the abstract's 'up to' 9.27 pp (+2)"]
@@ -340,7 +342,7 @@ def test_runs_that_differ_in_lambda_alone_share_one_training_bit_for_bit(tmp_pat
 def test_the_committed_paper_setting_numbers(data_root):
     """The numbers the issue notes and REPORT give for Table 7's setting with our sizes, read from the committed cache
     (``figures/aldaghri_fedhdp/cache``; nothing is computed): non-IID MNIST's selection, headline gain and Δ_l, its
-    quiet probe, and skewed MNIST's validation selection and gain and its test-set gain and Δ_l."""
+    quiet probe, and skewed MNIST's validation selection and gain, its test-set gain and Δ_l, and its quiet probe."""
     from pathlib import Path
 
     cache = runs.Cache(Path(__file__).parents[1] / "figures" / "aldaghri_fedhdp" / "cache")
@@ -350,9 +352,12 @@ def test_the_committed_paper_setting_numbers(data_root):
     heads = fl.headlines(test).set_index("comparison")
     assert heads.loc["gain", "ours"] == pytest.approx(35.56, abs=0.01) and heads.loc["gain", "s.e."] == pytest.approx(1.63, abs=0.01)
     assert heads.loc["gap", "ours"] == pytest.approx(-0.78, abs=0.01)
-    quiet = fl.quiet_section("paper", cache.load, data_dir=str(data_root)).set_index(["dataset", "noise"]).loc["noniid_mnist"]
-    assert quiet.loc["Table 7's z", "gain"] == pytest.approx(37.23, abs=0.01)
-    assert quiet.loc["z / 10", "gain"] == pytest.approx(-0.01, abs=0.01)
+    quiet = fl.quiet_section("paper", cache.load, data_dir=str(data_root)).set_index(["dataset", "noise"])
+    assert quiet.loc[("noniid_mnist", "Table 7's z"), "gain"] == pytest.approx(37.23, abs=0.01)
+    assert quiet.loc[("noniid_mnist", "z / 10"), "gain"] == pytest.approx(-0.01, abs=0.01)
+    assert quiet.loc[("skewed_mnist", "Table 7's z"), "gain"] == pytest.approx(1.12, abs=0.01)
+    assert quiet.loc[("skewed_mnist", "z / 10"), "gain"] == pytest.approx(0.06, abs=0.01)
+    assert quiet.loc[("skewed_mnist", "z / 10"), "best r"] == 0.5
     skewed = fl._selection("paper", "skewed_mnist", cache.load)
     assert float(skewed.set_index("algorithm").loc["FedHDP", "r"]) == 0.1
     grid = [c for c in fl.validation_grid("paper") if c.dataset == "skewed_mnist" and c.lam_np == 0.05]
