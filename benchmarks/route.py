@@ -46,7 +46,7 @@ def timings(seconds: dict, failed: dict | None) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", help="a directory for route.json")
+    parser.add_argument("--out", help="a directory for route.json (made if missing, before any timing)")
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3, help="each timing is the best of this many rounds")
     parser.add_argument("--for", dest="dataset", choices=["mnist", "cifar10"], default="mnist",
@@ -55,6 +55,8 @@ def main(argv=None) -> int:
     for name in ("clients", "repeats"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be a positive integer, got {getattr(args, name)}")
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
     rows = {}
     for name, model in (("mnist", MNIST_CNN), ("cifar10", CIFAR_CNN)):
         failed = {}                                  # a route that fails on this device is left out, not fatal
