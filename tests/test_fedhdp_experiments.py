@@ -343,7 +343,7 @@ def test_the_committed_paper_setting_numbers(data_root):
     """The numbers the issue notes and REPORT give for Table 7's setting with our sizes, read from the committed cache
     (``figures/aldaghri_fedhdp/cache``; nothing is computed): non-IID MNIST's selection, headline gain and Δ_l, its
     quiet probe; skewed MNIST's and the FMNIST stand-in's validation selection and gain, test-set gain and Δ_l;
-    skewed MNIST's quiet probe."""
+    skewed MNIST's and the FMNIST stand-in's quiet probes."""
     from pathlib import Path
 
     cache = runs.Cache(Path(__file__).parents[1] / "figures" / "aldaghri_fedhdp" / "cache")
@@ -368,3 +368,7 @@ def test_the_committed_paper_setting_numbers(data_root):
     assert quiet.loc[("skewed_mnist", "Table 7's z"), "gain"] == pytest.approx(1.12, abs=0.01)
     assert quiet.loc[("skewed_mnist", "z / 10"), "gain"] == pytest.approx(0.06, abs=0.01)
     assert quiet.loc[("skewed_mnist", "z / 10"), "best r"] == 0.5
+    assert quiet.loc[("fmnist", "Table 7's z"), "gain"] == pytest.approx(51.12, abs=0.01)
+    assert quiet.loc[("fmnist", "z / 10"), "gain"] == pytest.approx(0.28, abs=0.01)
+    assert quiet.loc[("fmnist", "z / 10"), "best r"] == 0.25
+    assert quiet.loc[("fmnist", "z / 10"), "DP-FedAvg+Ditto Acc_g"] == pytest.approx(89.89, abs=0.01)
