@@ -189,7 +189,7 @@ def test_the_variance_probe_measures_what_the_theory_calls_a_and_b_and_changes_n
         fl.RatioProbe(dataset="noniid_mnist", algorithm="FedHDP", lam_np=0.5, lam_p=0.5, sweep=((0.5, 0.5), (1.0, 1.0)))
 
 
-def test_measured_ratio_is_a_over_b_over_the_rounds_that_measured_both():
+def test_measured_ratio_is_a_over_b_over_the_rounds_that_measured_both_and_its_claims_follow():
     metrics = pd.DataFrame({"round": [1, 2, 3, 4], "var_0": [1.0, np.nan, 2.0, 3.0], "var_1": [10.0, 5.0, 10.0, 10.0]})
     m = fl.measured_ratio(metrics)
     assert m["rounds measured"] == 3 and m["r* (median)"] == pytest.approx(0.2)
@@ -199,6 +199,14 @@ def test_measured_ratio_is_a_over_b_over_the_rounds_that_measured_both():
     config = fl.RatioProbe(dataset="iid_mnist", algorithm="FedHDP", lam_np=0.5, lam_p=0.5, r=0.0)
     table = fl.ratio_check(selected, [(config, metrics)], (0.0, 0.25, 0.5))
     assert table.loc[0, "grid value nearest r*"] == 0.25 and table.loc[0, "r (grid search)"] == 0.0
+    # the claims: iid_mnist's r must be the grid value nearest r*, a non-IID dataset's must exceed it; an
+    # unmeasured row makes no claim
+    rows = pd.concat([table, table.assign(dataset="skewed_mnist", **{"r (grid search)": 0.5}),
+                      table.assign(dataset="fmnist", **{"rounds measured": 0})], ignore_index=True)
+    claims = fl.ratio_claims(rows)
+    assert [(c["statement"].split()[0], c["holds"]) for c in claims] == [("iid_mnist", False), ("skewed_mnist", True)]
+    assert "measured r* = 0.2 (IQR 0.15–0.25)" in claims[0]["note"]
+    assert fl.ratio_section("quick", lambda config: None).empty              # nothing cached: no row, nothing computed
 
 
 def test_section_6_reads_quick_in_results_only_mode_on_a_gpu_too(monkeypatch):
