@@ -386,3 +386,5 @@ def test_the_committed_paper_setting_numbers(data_root):
                                              "iid_mnist": 1.976e-6}, rel=1e-3)
     # the grid's r exceeds r* on skewed MNIST only; on iid_mnist it is the grid value nearest r* (0)
     assert [c["holds"] for c in fl.ratio_claims(ratios)] == [False, True, False, True]
+    iid = [fl.outcome(c, cache.load(c).value)["Acc_g"] for c in fl.ratio_grid("paper", data_dir=str(data_root))]
+    assert iid == pytest.approx([91.94, 61.92, 59.74, 59.26, 57.73], abs=0.01)      # r = 0, 0.1, 0.25, 0.5, 0.75
