@@ -503,10 +503,11 @@ def ratio_check(selected: pd.DataFrame, probes: list, grid) -> pd.DataFrame:
 
 
 def ratio_claims(ratios: pd.DataFrame) -> list[dict]:
-    """The paper's claim that the grid search lands near r* = A/B (§5.2, Lemma 6), per row of :func:`ratio_check`
-    with a measured r*, as ``dpfl.notebook.Notebook.claim``'s keywords but ``kind``: on ``iid_mnist``, where the
-    theory's assumptions hold, the grid's r is the grid value nearest r*; on the paper's non-IID datasets, whose
-    opting-out cohort's mean is not the population's, the grid's r exceeds it (a bias the variance model lacks)."""
+    """Where the grid search lands against r* = A/B (§5.2, Lemma 6), per row of :func:`ratio_check` with a measured
+    r*, as ``dpfl.notebook.Notebook.claim``'s keywords but ``kind``: on ``iid_mnist``, where the theory's assumptions
+    hold, the paper's expectation, that the grid's r is the grid value nearest r*; on the paper's non-IID datasets,
+    whose opting-out cohort's mean is not the population's, ours, that the grid's r exceeds it (a bias the variance
+    model lacks; docs/aldaghri_fedhdp.md §4)."""
     out = []
     for _, row in ratios[ratios["rounds measured"] > 0].iterrows():
         note = (f"grid r = {row['r (grid search)']:g}; measured r* = {row['r* (median)']:.2g} "
@@ -519,7 +520,7 @@ def ratio_claims(ratios: pd.DataFrame) -> list[dict]:
             out.append(dict(statement=f"{row.dataset} (non-IID, the opting-out cohort's mean not the population's): the "
                                       "grid-searched r exceeds r* = A/B",
                             holds=bool(row["r (grid search)"] > row["grid value nearest r*"]),
-                            source="paper §5.2, Lemma 6", note=note))
+                            source="ours, on paper §5.2, Lemma 6 (docs/aldaghri_fedhdp.md §4)", note=note))
     return out
 
 
