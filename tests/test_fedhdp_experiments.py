@@ -380,6 +380,7 @@ def test_the_committed_paper_setting_numbers(data_root):
     assert quiet.loc[("fmnist", "z / 10"), "gain"] == pytest.approx(0.28, abs=0.01)
     assert quiet.loc[("fmnist", "z / 10"), "best r"] == 0.25
     assert quiet.loc[("fmnist", "z / 10"), "DP-FedAvg+Ditto Acc_g"] == pytest.approx(89.89, abs=0.01)
+    assert quiet.loc[("fmnist", "z / 10"), ["noise / signal", "ε_p"]].tolist() == pytest.approx([5.365, 234.7], rel=1e-3)
     ratios = fl.ratio_section("paper", cache.load, data_dir=str(data_root))       # r* = A/B measured on each selection
     r_star = ratios.set_index("dataset")["r* (median)"]
     assert r_star.to_dict() == pytest.approx({"noniid_mnist": 1.973e-5, "skewed_mnist": 3.415e-6, "fmnist": 5.041e-7,
