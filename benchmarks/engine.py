@@ -17,6 +17,9 @@
 (h) FedHDP's validation grid, a row's three λ (Ditto's λ never moves the global model): three trainings of one λ each
     vs one training that personalises with all three (``FedHDPConfig.extra_lams``, ``FedHDPRun.together``), DP-FedAvg+Ditto
     on non-IID MNIST at Table 7's setting (500 clients, q = 0.1), 3 rounds of 5 local epochs (needs MNIST: ``DPFL_DATA``);
+(i) Zheng's stored accuracy (``dpfl.federated.evaluate.accuracy``) of 50 clients' own models, each on its test set
+    (MnistCNN: 200 images, CIFAR-10's CNN: 100): vmapped over chunks of 25 clients (the GPU's default) vs one client a
+    call (the CPU's);
 (d) kernel launches per round: the ATen operations (each one kernel launch on a GPU) and the random
     draws of one round of C clients, counted with a ``TorchDispatchMode``, against the per-tensor draw
     pattern the engine had before (8 ``randn`` for the noise + 2 × (full, bernoulli, div) for the
@@ -40,6 +43,7 @@ import torch.nn.functional as F
 
 from dpfl.device import configure
 from dpfl.federated import server
+from dpfl.federated.evaluate import GPU_EVAL_CHUNK, accuracy
 from dpfl.federated.local import CONV_ROUTES, LocalConfig, client_generators, init_state, local_train, updates_from
 from dpfl.models import CIFAR_CNN, GEYER_MLP, MNIST_CNN
 from dpfl.opcount import OpCounter
@@ -228,6 +232,17 @@ def shared_lambda_ratio(rounds: int = 3, epochs: int = 5, lams=(0.05, 0.2, 1.0))
     return together, separate
 
 
+def eval_chunk_times(model, clients: int = 50) -> dict:
+    """(i) Seconds of one stored-accuracy evaluation of ``clients`` models by chunk (GPU_EVAL_CHUNK and 1)."""
+    images = 200 if model is MNIST_CNN else 100
+    stacked, x, _ = _setup(model, clients, 1, images)
+    params = {k: v + 0.01 * torch.randn_like(v) for k, v in stacked.items()}         # distinct models
+    x, y = x[:, 0], torch.randint(0, 10, (clients, images), device=DEVICE)
+    mask = torch.ones_like(y, dtype=torch.bool)
+    return {chunk: best(lambda: accuracy(model, params, x, y, mask, stacked=True, chunk=chunk), device=DEVICE)
+            for chunk in (GPU_EVAL_CHUNK, 1)}
+
+
 def launches_per_round(clients=10, steps=2, batch=16) -> dict:
     """ATen ops and random draws of one DP-SGD round of ``clients`` MnistCNN clients, now and with the
     previous per-tensor draws (replayed: the same shapes drawn tensor by tensor)."""
@@ -285,6 +300,11 @@ def main():
     rows.append(("(h) three trainings of one λ each / one training personalising with all three, FedHDP's grid row "
                  "(DP-FedAvg+Ditto, non-IID MNIST, 500 clients, q = 0.1, 3 rounds × 5 epochs)", together, separate,
                  separate / together, "> 1 (the grid's rows share their training)"))
+    for model in (MNIST_CNN, CIFAR_CNN):
+        t = eval_chunk_times(model)
+        rows.append((f"(i) stored accuracy of 50 clients' {model.name} models, chunks of {GPU_EVAL_CHUNK} clients / one "
+                     "client a call", t[1], t[GPU_EVAL_CHUNK], t[GPU_EVAL_CHUNK] / t[1],
+                     "> 1 on a CPU (its default: one a call), < 1 on a GPU (its default: chunks)"))
     small, large = 10, 50
     m_small, m_large = _fresh_round(small)["peak_mib"], _fresh_round(large)["peak_mib"]
     per_client = (m_large - m_small) / (large - small)
@@ -297,7 +317,7 @@ def main():
             "(b), (e): seconds per round; the baseline is our vectorised round, the ratio the per-client loop / "
             "ours (higher is better for us); (f): seconds per round, the baseline the other route; (g): seconds "
             "per round, the baseline the round with freed memory kept; (h): seconds of training, the baseline the shared "
-            "training.\n\n"
+            "training; (i): seconds per evaluation, the baseline one client a call.\n\n"
             + table.to_markdown(index=False, floatfmt=".3g")
             + f"\n\n(c) peak memory of a process training one round of MnistCNN clients (2 DP-SGD steps, B=16; "
               f"{'GPU max_memory_allocated' if DEVICE == 'cuda' else 'CPU peak RSS, VmHWM'}): {m_small:.0f} MiB at "

@@ -158,6 +158,24 @@ def test_refresh_accuracy_recomputes_the_marked_clients_only_and_equals_a_full_e
     assert torch.equal(acc[1:], full(params)[1:])
 
 
+def test_a_cpu_evaluates_one_client_a_call_with_the_numbers_of_a_vmapped_chunk(mnist_shards):
+    """``accuracy``'s CPU default (one client per call, faster there: ``make bench`` row (i)) gives MnistCNN's
+    accuracies bit for bit as chunks of 25 do (the GPU's default); a chunk that is not a positive integer is
+    refused by name."""
+    from dpfl.federated.evaluate import GPU_EVAL_CHUNK, accuracy
+
+    K = mnist_shards.num_clients
+    test = mnist_shards.test_batch(np.arange(K))
+    inits = [MNIST_CNN.init(torch.Generator().manual_seed(c)) for c in range(K)]
+    params = {k: torch.stack([i[k] for i in inits]) for k in inits[0]}
+    default = accuracy(MNIST_CNN, params, *test, stacked=True)
+    assert torch.equal(default, accuracy(MNIST_CNN, params, *test, stacked=True, chunk=GPU_EVAL_CHUNK))
+    assert torch.equal(default, accuracy(MNIST_CNN, params, *test, stacked=True, chunk=1))
+    assert 0.0 < float(default.mean()) < 0.5                          # untrained models: near chance, not all zero
+    with pytest.raises(ValueError, match="^chunk must be a positive integer"):
+        accuracy(MNIST_CNN, params, *test, stacked=True, chunk=0)
+
+
 def test_evaluating_the_moved_models_only_changes_no_number(mnist_shards, tmp_path):
     """PriFedSync's ``acc_local_all`` and FedHDP's personal accuracies, each recomputed only for the clients whose
     model moved, equal a full evaluation every round, including after resuming from a checkpoint written

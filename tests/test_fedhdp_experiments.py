@@ -206,7 +206,8 @@ def test_measured_ratio_is_a_over_b_over_the_rounds_that_measured_both_and_its_c
     claims = fl.ratio_claims(rows)
     assert [(c["statement"].split()[0], c["holds"]) for c in claims] == [("iid_mnist", False), ("skewed_mnist", True)]
     assert "measured r* = 0.2 (IQR 0.15–0.25)" in claims[0]["note"]
-    assert fl.ratio_section("quick", lambda config: None).empty              # nothing cached: no row, nothing computed
+    empty = fl.ratio_section("quick", lambda config: None)                  # nothing cached: no row, nothing computed
+    assert empty.empty and list(empty.columns) == list(table.columns)       # ... and the columns a probe's row has
 
 
 def test_section_6_reads_quick_in_results_only_mode_on_a_gpu_too(monkeypatch):

@@ -490,8 +490,10 @@ def ratio_probes(selected: pd.DataFrame, profile: str, *, seed: int = 0, **place
 
 def ratio_check(selected: pd.DataFrame, probes: list, grid) -> pd.DataFrame:
     """The grid-searched r next to the r* measured on the same configuration (``probes``: (config,
-    metrics) pairs), and the grid value nearest r* (the paper's claim: the search lands near r*)."""
+    metrics) pairs), and the grid value nearest r* (the paper's claim: the search lands near r*). No probes: the same
+    columns, no row (``selected`` is then not read)."""
     grid = np.asarray(sorted(grid), dtype=float)
+    columns = ["dataset", "r (grid search)", *measured_ratio(pd.DataFrame()), "grid value nearest r*", "r grid"]
     rows = []
     for config, metrics in probes:
         m = measured_ratio(metrics)
@@ -499,7 +501,7 @@ def ratio_check(selected: pd.DataFrame, probes: list, grid) -> pd.DataFrame:
         nearest = grid[np.argmin(np.abs(grid - m["r* (median)"]))] if m["rounds measured"] else np.nan
         rows.append({"dataset": config.dataset, "r (grid search)": chosen, **m, "grid value nearest r*": nearest,
                      "r grid": ", ".join(f"{r:g}" for r in grid)})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=columns)
 
 
 def ratio_claims(ratios: pd.DataFrame) -> list[dict]:
@@ -533,9 +535,6 @@ def ratio_section(profile: str, load, *, seed: int = 0, **placement) -> pd.DataF
     both = pd.concat(chosen, ignore_index=True) if chosen else None
     hits = [(c, load(c)) for c in ([] if both is None else ratio_probes(both, profile, seed=seed, **placement))]
     found = [(c, hit.value) for c, hit in hits if hit is not None]
-    if not found:
-        return pd.DataFrame(columns=["dataset", "r (grid search)", "r* (median)", "r* q25", "r* q75", "rounds measured",
-                                     "grid value nearest r*", "r grid"])
     return ratio_check(both, found, SETTINGS[profile]["rs"])
 
 
