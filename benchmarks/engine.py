@@ -20,6 +20,9 @@
 (i) Zheng's stored accuracy (``dpfl.federated.evaluate.accuracy``) of 50 clients' own models, each on its test set
     (MnistCNN: 200 images, CIFAR-10's CNN: 100): vmapped over chunks of 25 clients (the GPU's default) vs one client a
     call (the CPU's);
+(j) a CPU round of 50 MnistCNN clients, 4 DP-SGD steps of B = 8 each (Table 2's batch): the clients side by side, one
+    thread a core, each operation single-threaded (``dpfl.federated.threads``, the CPU's way) vs one client at a time
+    on torch's intra-op threads (the way before it);
 (d) kernel launches per round: the ATen operations (each one kernel launch on a GPU) and the random
     draws of one round of C clients, counted with a ``TorchDispatchMode``, against the per-tensor draw
     pattern the engine had before (8 ``randn`` for the noise + 2 × (full, bernoulli, div) for the
@@ -42,7 +45,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from dpfl.device import configure
-from dpfl.federated import server
+from dpfl.federated import server, threads
 from dpfl.federated.evaluate import GPU_EVAL_CHUNK, accuracy
 from dpfl.federated.local import CONV_ROUTES, LocalConfig, client_generators, init_state, local_train, updates_from
 from dpfl.models import CIFAR_CNN, GEYER_MLP, MNIST_CNN
@@ -243,6 +246,22 @@ def eval_chunk_times(model, clients: int = 50) -> dict:
             for chunk in (GPU_EVAL_CHUNK, 1)}
 
 
+def side_by_side_times(clients: int = 50, steps: int = 4, batch: int = 8) -> dict:
+    """(j) Seconds of a CPU ``local_train`` round with the clients spread over threads and one at a time."""
+    cfg = LocalConfig(dp=True, noise_multiplier=2.0)
+    stacked, x, y = _setup(MNIST_CNN, clients, steps, batch)
+    stacked, x, y = (t.cpu() if torch.is_tensor(t) else {k: v.cpu() for k, v in t.items()} for t in (stacked, x, y))
+    state = init_state(stacked, cfg)
+    go = lambda: local_train(MNIST_CNN, cfg, stacked, state, x, y, client_generators(0, 0, range(clients)))
+    spread, times = threads.spread, {"side by side": best(go)}
+    threads.spread = lambda fn, items, workers=None: fn(slice(0, items))       # the way before: one at a time
+    try:
+        times["one at a time"] = best(go)
+    finally:
+        threads.spread = spread
+    return times
+
+
 def launches_per_round(clients=10, steps=2, batch=16) -> dict:
     """ATen ops and random draws of one DP-SGD round of ``clients`` MnistCNN clients, now and with the
     previous per-tensor draws (replayed: the same shapes drawn tensor by tensor)."""
@@ -305,6 +324,10 @@ def main():
         rows.append((f"(i) stored accuracy of 50 clients' {model.name} models, chunks of {GPU_EVAL_CHUNK} clients / one "
                      "client a call", t[1], t[GPU_EVAL_CHUNK], t[GPU_EVAL_CHUNK] / t[1],
                      "> 1 on a CPU (its default: one a call), < 1 on a GPU (its default: chunks)"))
+    t = side_by_side_times()
+    rows.append(("(j) a CPU round of 50 MnistCNN clients × 4 DP-SGD steps of B=8, one client at a time on torch's "
+                 f"{torch.get_num_threads()} intra-op threads / side by side, one thread a core", t["side by side"],
+                 t["one at a time"], t["one at a time"] / t["side by side"], "> 1 on a multi-core CPU"))
     small, large = 10, 50
     m_small, m_large = _fresh_round(small)["peak_mib"], _fresh_round(large)["peak_mib"]
     per_client = (m_large - m_small) / (large - small)
@@ -317,7 +340,8 @@ def main():
             "(b), (e): seconds per round; the baseline is our vectorised round, the ratio the per-client loop / "
             "ours (higher is better for us); (f): seconds per round, the baseline the other route; (g): seconds "
             "per round, the baseline the round with freed memory kept; (h): seconds of training, the baseline the shared "
-            "training; (i): seconds per evaluation, the baseline one client a call.\n\n"
+            "training; (i): seconds per evaluation, the baseline one client a call; (j): seconds per CPU round, the "
+            "baseline the clients side by side.\n\n"
             + table.to_markdown(index=False, floatfmt=".3g")
             + f"\n\n(c) peak memory of a process training one round of MnistCNN clients (2 DP-SGD steps, B=16; "
               f"{'GPU max_memory_allocated' if DEVICE == 'cuda' else 'CPU peak RSS, VmHWM'}): {m_small:.0f} MiB at "

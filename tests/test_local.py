@@ -93,6 +93,47 @@ def test_chunk_size_does_not_change_results():
             torch.testing.assert_close(other[name], runs[0][name], atol=1e-6, rtol=0)
 
 
+@pytest.mark.skipif(DEVICE != "cpu", reason="the CPU's threads")
+def test_a_cpu_gives_the_same_bits_whatever_its_core_count():
+    """On a CPU the clients train side by side, one thread a core, every operation single-threaded
+    (``dpfl.federated.threads``): 1, 2 or 3 threads split the 5 clients differently and give the same bits, and
+    torch's thread count is back as it was after each call. The intra-op threads of before gave 2 threads' and 1
+    thread's results apart by round-off (≈ 1e-9 for MnistCNN)."""
+    cfg = LocalConfig(dp=True, noise_multiplier=2.0)
+    m = 5
+    stacked = _stack(MNIST_CNN.init(torch.Generator().manual_seed(0)), m)
+    x, y = torch.randn(m, 2, 16, 1, 28, 28), torch.randint(0, 10, (m, 2, 16))
+    runs = []
+    for n in (1, 2, 3):
+        torch.set_num_threads(n)
+        runs.append(local_train(MNIST_CNN, cfg, stacked, init_state(stacked, cfg), x, y, client_generators(0, 5, range(m))))
+        assert torch.get_num_threads() == n
+    torch.set_num_threads(2)
+    for params, state in runs[1:]:
+        for name in stacked:
+            assert torch.equal(params[name], runs[0][0][name]) and torch.equal(state["v"][name], runs[0][1]["v"][name])
+    assert not torch.equal(runs[0][0]["fc1.weight"], stacked["fc1.weight"])       # it trained
+
+
+def test_spread_covers_every_item_once_and_restores_the_threads_on_an_error():
+    from dpfl.federated import threads
+
+    for items, workers in ((5, 2), (2, 4), (1, 1), (7, 3)):
+        seen = torch.zeros(items, dtype=torch.long)
+
+        def count(part, seen=seen):
+            seen[part] += 1
+        threads.spread(count, items, workers)
+        assert seen.tolist() == [1] * items
+    before = torch.get_num_threads()
+
+    def fail(part):
+        raise RuntimeError(f"client {part.start} failed")
+    with pytest.raises(RuntimeError, match="client 0 failed"):
+        threads.spread(fail, 4, 2)
+    assert torch.get_num_threads() == before
+
+
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
 def test_training_in_place_leaves_the_inputs_untouched(optimizer):
     """The optimiser step writes into the output stack in place: the caller's parameters and

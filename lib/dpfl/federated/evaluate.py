@@ -5,6 +5,7 @@ import torch
 from torch.func import vmap
 
 from dpfl import checks
+from dpfl.federated import threads
 from dpfl.models import Model
 
 __all__ = ["GPU_EVAL_CHUNK", "accuracy", "accuracy_cache", "refresh_accuracy", "shared_accuracy", "used_images"]
@@ -23,7 +24,8 @@ def accuracy(model: Model, params: dict, x, y, mask, *, stacked: bool, chunk: in
     slower than one per client (as in ``local.local_train``): Zheng's stored accuracy of 50 clients took 6.5 s by
     chunks of 25 and 2.7 s one by one for MnistCNN (200 images each), 2.1 s and 0.7 s for the CIFAR-10 CNN (100
     each) on a 2-core CPU (``make bench``, row (i)). MnistCNN's log-probabilities are bitwise the same by either
-    chunk there, the CIFAR-10 CNN's equal up to round-off. Returns (m,) accuracies.
+    chunk there, the CIFAR-10 CNN's equal up to round-off. On a CPU the chunks are spread over one thread a core
+    (``dpfl.federated.threads``). Returns (m,) accuracies.
     """
     if chunk is None:
         chunk = GPU_EVAL_CHUNK if x.is_cuda else 1
@@ -33,13 +35,19 @@ def accuracy(model: Model, params: dict, x, y, mask, *, stacked: bool, chunk: in
         return ((pred == yc) & mc).sum() / mc.sum().clamp(min=1)
 
     fn = vmap(one, in_dims=(0 if stacked else None, 0, 0, 0))
-    out = []
-    with torch.no_grad():
-        for start in range(0, y.shape[0], chunk):
-            sl = slice(start, start + chunk)
-            p = {k: v[sl] for k, v in params.items()} if stacked else params
-            out.append(fn(p, x[sl], y[sl], mask[sl]))
-    return torch.cat(out)
+    out = torch.empty(y.shape[0], device=y.device)
+
+    def evaluate(clients: slice):
+        with torch.no_grad():                           # per thread
+            for start in range(clients.start, clients.stop, chunk):
+                sl = slice(start, min(start + chunk, clients.stop))
+                out[sl] = fn({k: v[sl] for k, v in params.items()} if stacked else params, x[sl], y[sl], mask[sl])
+
+    if x.is_cuda:
+        evaluate(slice(0, y.shape[0]))
+    else:                                               # clients side by side, one thread a core
+        threads.spread(evaluate, y.shape[0])
+    return out
 
 
 def accuracy_cache(clients: int, device) -> dict:

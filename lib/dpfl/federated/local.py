@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch.func import grad, vmap
 
 from dpfl import checks
-from dpfl.federated import mlp_sgd
+from dpfl.federated import mlp_sgd, threads
 from dpfl.models import Model, Tap, im2col
 
 __all__ = ["CONV_ROUTES", "LocalConfig", "init_state", "local_train", "updates_from", "client_generators", "step_noise", "take", "put"]
@@ -317,7 +317,9 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
     call — default all on a GPU; on a CPU :data:`CPU_MLP_CHUNK` for a plain MLP trained by SGD
     (``mlp_sgd``) and one otherwise, where vmapping convolutions over clients measured slower than
     sequential calls (``benchmarks/RESULTS.md``); the chunk changes results only by floating-point
-    round-off; ``anchor``: the point of the
+    round-off. On a CPU (but for ``mlp_sgd``) the chunks are spread over one thread a core, each operation
+    single-threaded (``dpfl.federated.threads``): one client a chunk then gives the same bits whatever the core
+    count; ``anchor``: the point of the
     proximal term when ``cfg.prox > 0`` (one model, shared by all clients). Returns the new (params, state).
     """
     if cfg.prox and anchor is None:
@@ -346,26 +348,34 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
     shapes = {k: v.shape[1:] for k, v in params.items()}
     new_params = {k: torch.empty_like(v) for k, v in params.items()}
     new_state = _empty_like(state)
-    scratch = None if by_hand else _empty_like(take(params, slice(0, chunk)))   # the optimiser step's temporaries
+
     # Chunks outside, steps inside: a chunk's parameters and optimiser state stay hot in cache for
     # all K steps, and each chunk's result is written straight into the output stack (no list of
     # chunk results to concatenate: peak memory stays ≈ 2 copies of the clients' state, plus one
-    # chunk's parameters as scratch). Each client draws from its own generator in the same order
-    # (masks, then noise, step by step), so chunking never matters.
-    for start in range(0, m, chunk):
-        sl = slice(start, start + chunk)
-        gens = generators[sl]
-        if by_hand:
-            put(new_params, sl, mlp_sgd.sgd_steps(model, cfg, take(params, sl), x[sl], y[sl], lr[sl], anchor))
-            continue
-        put(new_params, sl, take(params, sl))
-        put(new_state, sl, take(state, sl))
-        p, st = take(new_params, sl), take(new_state, sl)      # views of the output: trained in place
-        work = take(scratch, slice(0, len(gens)))
-        for k in range(steps):
-            masks = [model.masks(batch, g) for g in gens]
-            masks = {} if masks[0] is None else {n: torch.stack([mk[n] for mk in masks]) for n in masks[0]}
-            step_fn(p, st, x[sl, k], y[sl, k], masks, step_noise(shapes, gens) if cfg.dp else None, lr[sl], anchor, work)
+    # chunk's parameters as scratch per thread). Each client draws from its own generator in the same
+    # order (masks, then noise, step by step), so chunking never matters.
+    def train(clients: slice):
+        scratch = None if by_hand else _empty_like(take(params, slice(0, chunk)))   # the optimiser step's temporaries
+        for start in range(clients.start, clients.stop, chunk):
+            sl = slice(start, min(start + chunk, clients.stop))
+            gens = generators[sl]
+            if by_hand:
+                put(new_params, sl, mlp_sgd.sgd_steps(model, cfg, take(params, sl), x[sl], y[sl], lr[sl], anchor))
+                continue
+            put(new_params, sl, take(params, sl))
+            put(new_state, sl, take(state, sl))
+            p, st = take(new_params, sl), take(new_state, sl)      # views of the output: trained in place
+            work = take(scratch, slice(0, len(gens)))
+            for k in range(steps):
+                masks = [model.masks(batch, g) for g in gens]
+                masks = {} if masks[0] is None else {n: torch.stack([mk[n] for mk in masks]) for n in masks[0]}
+                step_fn(p, st, x[sl, k], y[sl, k], masks, step_noise(shapes, gens) if cfg.dp else None, lr[sl], anchor,
+                        work)
+
+    if first.is_cuda or by_hand:
+        train(slice(0, m))
+    else:                                               # a CPU: clients side by side, one thread a core
+        threads.spread(train, m)
     return new_params, new_state
 
 
