@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 __all__ = ["spread"]
 
@@ -51,6 +52,4 @@ def _single_threaded(fn, part):
 
 def _observed() -> bool:
     """Operations are being counted or profiled in this thread."""
-    from torch.utils._python_dispatch import _get_current_dispatch_mode
-
     return _get_current_dispatch_mode() is not None or torch.autograd._profiler_enabled()
