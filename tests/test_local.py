@@ -94,11 +94,12 @@ def test_chunk_size_does_not_change_results():
 
 
 @pytest.mark.skipif(DEVICE != "cpu", reason="the CPU's threads")
-def test_a_cpu_gives_the_same_bits_whatever_its_core_count():
-    """On a CPU the clients train side by side, one thread a core, every operation single-threaded
-    (``dpfl.federated.threads``): 1, 2 or 3 threads split the 5 clients differently and give the same bits, and
-    torch's thread count is back as it was after each call. The intra-op threads of before gave 2 threads' and 1
-    thread's results apart by round-off (≈ 1e-9 for MnistCNN)."""
+@pytest.mark.parametrize("chunk", [None, 2])
+def test_a_cpu_gives_the_same_bits_whatever_its_core_count(chunk):
+    """On a CPU whole chunks of clients train side by side, one thread a core, every operation single-threaded
+    (``dpfl.federated.threads``): 1, 2 or 3 threads split the 5 clients (one a chunk, the default, or chunks of 2)
+    differently and give the same bits, and torch's thread count is back as it was after each call. The intra-op
+    threads of before gave 2 threads' and 1 thread's results apart by round-off (≈ 1e-9 for MnistCNN)."""
     cfg = LocalConfig(dp=True, noise_multiplier=2.0)
     m = 5
     stacked = _stack(MNIST_CNN.init(torch.Generator().manual_seed(0)), m)
@@ -106,7 +107,8 @@ def test_a_cpu_gives_the_same_bits_whatever_its_core_count():
     runs = []
     for n in (1, 2, 3):
         torch.set_num_threads(n)
-        runs.append(local_train(MNIST_CNN, cfg, stacked, init_state(stacked, cfg), x, y, client_generators(0, 5, range(m))))
+        runs.append(local_train(MNIST_CNN, cfg, stacked, init_state(stacked, cfg), x, y, client_generators(0, 5, range(m)),
+                                chunk=chunk))
         assert torch.get_num_threads() == n
     torch.set_num_threads(2)
     for params, state in runs[1:]:

@@ -24,7 +24,7 @@ def accuracy(model: Model, params: dict, x, y, mask, *, stacked: bool, chunk: in
     slower than one per client (as in ``local.local_train``): Zheng's stored accuracy of 50 clients took 5.3 s by
     chunks of 25 and 2.1 s one by one for MnistCNN (200 images each), 2.0 s and 0.8 s for the CIFAR-10 CNN (100
     each) on a 2-core CPU (``make bench``, row (i); ``benchmarks/RESULTS.md``). MnistCNN's log-probabilities are bitwise the same by either
-    chunk there, the CIFAR-10 CNN's equal up to round-off. On a CPU the chunks are spread over one thread a core
+    chunk there, the CIFAR-10 CNN's equal up to round-off. On a CPU whole chunks are spread over one thread a core
     (``dpfl.federated.threads``). Returns (m,) accuracies.
     """
     if chunk is None:
@@ -35,18 +35,20 @@ def accuracy(model: Model, params: dict, x, y, mask, *, stacked: bool, chunk: in
         return ((pred == yc) & mc).sum() / mc.sum().clamp(min=1)
 
     fn = vmap(one, in_dims=(0 if stacked else None, 0, 0, 0))
-    out = torch.empty(y.shape[0], device=y.device)
+    m = y.shape[0]
+    out = torch.empty(m, device=y.device)
 
-    def evaluate(clients: slice):
+    def evaluate(chunks: slice):                        # the chunks chunks.start, …, chunks.stop - 1
         with torch.no_grad():                           # per thread
-            for start in range(clients.start, clients.stop, chunk):
-                sl = slice(start, min(start + chunk, clients.stop))
+            for start in range(chunks.start * chunk, min(chunks.stop * chunk, m), chunk):
+                sl = slice(start, min(start + chunk, m))
                 out[sl] = fn({k: v[sl] for k, v in params.items()} if stacked else params, x[sl], y[sl], mask[sl])
 
+    chunks = -(-m // chunk)
     if x.is_cuda:
-        evaluate(slice(0, y.shape[0]))
-    else:                                               # clients side by side, one thread a core
-        threads.spread(evaluate, y.shape[0])
+        evaluate(slice(0, chunks))
+    else:                                               # whole chunks side by side, one thread a core
+        threads.spread(evaluate, chunks)
     return out
 
 

@@ -318,8 +318,7 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
     (``mlp_sgd``) and one otherwise, where vmapping convolutions over clients measured slower than
     sequential calls (``benchmarks/RESULTS.md``); the chunk changes results only by floating-point
     round-off. On a CPU (but for ``mlp_sgd``) the chunks are spread over one thread a core, each operation
-    single-threaded (``dpfl.federated.threads``): one client a chunk then gives the same bits whatever the core
-    count; ``anchor``: the point of the
+    single-threaded (``dpfl.federated.threads``): the same bits whatever the core count; ``anchor``: the point of the
     proximal term when ``cfg.prox > 0`` (one model, shared by all clients). Returns the new (params, state).
     """
     if cfg.prox and anchor is None:
@@ -354,10 +353,10 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
     # chunk results to concatenate: peak memory stays ≈ 2 copies of the clients' state, plus one
     # chunk's parameters as scratch per thread). Each client draws from its own generator in the same
     # order (masks, then noise, step by step), so chunking never matters.
-    def train(clients: slice):
+    def train(chunks: slice):                          # the chunks chunks.start, …, chunks.stop - 1
         scratch = None if by_hand else _empty_like(take(params, slice(0, chunk)))   # the optimiser step's temporaries
-        for start in range(clients.start, clients.stop, chunk):
-            sl = slice(start, min(start + chunk, clients.stop))
+        for start in range(chunks.start * chunk, min(chunks.stop * chunk, m), chunk):
+            sl = slice(start, min(start + chunk, m))
             gens = generators[sl]
             if by_hand:
                 put(new_params, sl, mlp_sgd.sgd_steps(model, cfg, take(params, sl), x[sl], y[sl], lr[sl], anchor))
@@ -372,10 +371,11 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
                 step_fn(p, st, x[sl, k], y[sl, k], masks, step_noise(shapes, gens) if cfg.dp else None, lr[sl], anchor,
                         work)
 
+    chunks = -(-m // chunk)
     if first.is_cuda or by_hand:
-        train(slice(0, m))
-    else:                                               # a CPU: clients side by side, one thread a core
-        threads.spread(train, m)
+        train(slice(0, chunks))
+    else:                                               # a CPU: whole chunks side by side, one thread a core
+        threads.spread(train, chunks)
     return new_params, new_state
 
 

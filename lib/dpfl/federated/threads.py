@@ -6,9 +6,9 @@ single-threaded operations, ran a DP-SGD client step in 9.4–9.7 ms against 14.
 on two intra-op threads, and a round of Zheng's Table 2 cell (50 clients, B = 8) in 42–44 s against 65–74 s
 (``benchmarks/RESULTS.md``; ``make bench``, row (j)). The clients of a round are independent (each has its own
 parameters, optimiser state and generator), and a single-threaded operation gives the same bits on any machine
-with the same kernels, so the result is the same bit for bit whatever the core count and however the clients
-are split between threads (``tests/test_local.py``) — where intra-op threads make it depend on their number
-by round-off.
+with the same kernels, so the result is the same bit for bit whatever the core count (``tests/test_local.py``) —
+where intra-op threads make it depend on their number by round-off. Callers split whole chunks of clients (each
+one vmapped call), never a chunk, so which clients share a call does not depend on the core count either.
 """
 from __future__ import annotations
 
