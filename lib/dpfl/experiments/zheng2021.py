@@ -277,8 +277,9 @@ def cells(table: str = "1", profile: str = "paper", **common) -> list[ZhengRun]:
     R, μ_max at R and accuracy at R need, at a fraction of the full run's rounds (each may run to the
     profile's ``cell_room`` × the paper's R where its rounds stop sooner: :data:`SETTINGS`). The non-private
     accuracy at R comes from the cell's twin (:func:`followups`). Computed one cell at a time:
-    ``python -m dpfl.experiments.zheng2021 --profile cells --only "p=1 σ=0.75"`` (on a 2-core CPU a cell takes
-    3–10 h, resumable from its checkpoint; measured times per cell: benchmarks/GPU_QUEUE.md, "CPU fallback")."""
+    ``python -m dpfl.experiments.zheng2021 --profile cells --only "p=1 σ=0.75"`` (on a 2-core CPU a cell took
+    3–10 h before the clients trained side by side (``dpfl.federated.threads``), ≈ 2× less since; resumable from its
+    checkpoint; measured times per cell: benchmarks/GPU_QUEUE.md, "CPU fallback")."""
     checks.one_of("table", table, TARGETS)
     checks.one_of("profile", profile, SETTINGS)
     rows = published().query("table == @table")
