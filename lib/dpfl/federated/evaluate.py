@@ -40,8 +40,7 @@ def accuracy(model: Model, params: dict, x, y, mask, *, stacked: bool, chunk: in
 
     def evaluate(chunks: slice):                        # the chunks chunks.start, …, chunks.stop - 1
         with torch.no_grad():                           # per thread
-            for start in range(chunks.start * chunk, min(chunks.stop * chunk, m), chunk):
-                sl = slice(start, min(start + chunk, m))
+            for sl in threads.clients_of(chunks, chunk, m):
                 out[sl] = fn({k: v[sl] for k, v in params.items()} if stacked else params, x[sl], y[sl], mask[sl])
 
     chunks = -(-m // chunk)

@@ -355,8 +355,7 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
     # order (masks, then noise, step by step), so chunking never matters.
     def train(chunks: slice):                          # the chunks chunks.start, …, chunks.stop - 1
         scratch = None if by_hand else _empty_like(take(params, slice(0, chunk)))   # the optimiser step's temporaries
-        for start in range(chunks.start * chunk, min(chunks.stop * chunk, m), chunk):
-            sl = slice(start, min(start + chunk, m))
+        for sl in threads.clients_of(chunks, chunk, m):
             gens = generators[sl]
             if by_hand:
                 put(new_params, sl, mlp_sgd.sgd_steps(model, cfg, take(params, sl), x[sl], y[sl], lr[sl], anchor))

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-__all__ = ["spread"]
+__all__ = ["spread", "clients_of"]
 
 
 def spread(fn, items: int, workers: int | None = None) -> None:
@@ -43,6 +43,13 @@ def spread(fn, items: int, workers: int | None = None) -> None:
                 done.result()                                       # re-raises a worker's error here
     finally:
         torch.set_num_threads(before)
+
+
+def clients_of(chunks: slice, chunk: int, items: int):
+    """The client slices of the chunks ``chunks.start, …, chunks.stop - 1`` of ``chunk`` clients each (of ``items``):
+    what a part :func:`spread` hands out covers."""
+    for start in range(chunks.start * chunk, min(chunks.stop * chunk, items), chunk):
+        yield slice(start, min(start + chunk, items))
 
 
 def _single_threaded(fn, part):
