@@ -23,6 +23,10 @@
 (j) a CPU round of 50 MnistCNN clients, 4 DP-SGD steps of B = 8 each (Table 2's batch): the clients side by side, one
     thread a core, each operation single-threaded (``dpfl.federated.threads``, the CPU's way) vs one client at a time
     on torch's intra-op threads (the way before it);
+(k) a CPU round's work around the training in Zheng's CIFAR-10 cells: the augmentation of 100 clients × 32 steps × B = 16
+    images (``dpfl.data.augment.crop_flip``) and the global evaluation (``evaluate.shared_accuracy``) of the CIFAR-10 CNN
+    on 6 300 test images and of MnistCNN on 8 650 (the distinct images of 100 clients' test sets): chunks side by side,
+    one thread a core (the CPU's default) vs in one piece on torch's intra-op threads (the way before);
 (d) kernel launches per round: the ATen operations (each one kernel launch on a GPU) and the random
     draws of one round of C clients, counted with a ``TorchDispatchMode``, against the per-tensor draw
     pattern the engine had before (8 ``randn`` for the noise + 2 × (full, bernoulli, div) for the
@@ -262,6 +266,36 @@ def side_by_side_times(clients: int = 50, steps: int = 4, batch: int = 8) -> dic
     return times
 
 
+def around_training_times() -> dict:
+    """(k) Seconds of a CIFAR-10 round's crop_flip and of shared_accuracy on a CPU: {what: (before, now, images a
+    call before)}; before: chunks of 2 000 images (shared_accuracy) or all images at once (crop_flip) in the calling
+    thread, on torch's intra-op threads."""
+    from dpfl.data.augment import crop_flip
+    from dpfl.federated.evaluate import shared_accuracy
+
+    g = torch.Generator().manual_seed(0)
+    images = torch.randn(100, 32, 16, 3, 32, 32, generator=g)
+    fill = torch.tensor([-1.99, -1.98, -1.71])
+    cases = {"crop_flip, 51 200 CIFAR-10 images": (lambda chunk=None:
+                                                   crop_flip(images, torch.Generator(), fill=fill, chunk=chunk), 51200)}
+    for model, shape, n in ((CIFAR_CNN, (3, 32, 32), 6300), (MNIST_CNN, (1, 28, 28), 8650)):
+        params, pool, labels = model.init(g), torch.randn(n, *shape, generator=g), torch.randint(0, 10, (n,), generator=g)
+        index = torch.arange(n).view(-1, 50)
+        mask = torch.ones_like(index, dtype=torch.bool)
+        cases[f"shared_accuracy, {model.name}, {n} images"] = (
+            lambda chunk=None, model=model, params=params, pool=pool, labels=labels, index=index, mask=mask:
+            shared_accuracy(model, params, pool, labels, index, mask, chunk=chunk, with_loss=True), 2000)
+    spread, times = threads.spread, {}
+    for what, (go, before) in cases.items():
+        side = best(go)
+        threads.spread = lambda fn, items, workers=None: fn(slice(0, items))       # the chunks in turn, as before
+        try:
+            times[what] = (best(lambda: go(chunk=before)), side, before)
+        finally:
+            threads.spread = spread
+    return times
+
+
 def launches_per_round(clients=10, steps=2, batch=16) -> dict:
     """ATen ops and random draws of one DP-SGD round of ``clients`` MnistCNN clients, now and with the
     previous per-tensor draws (replayed: the same shapes drawn tensor by tensor)."""
@@ -328,6 +362,10 @@ def main():
     rows.append(("(j) a CPU round of 50 MnistCNN clients × 4 DP-SGD steps of B=8, one client at a time on torch's "
                  f"{torch.get_num_threads()} intra-op threads / side by side, one thread a core", t["side by side"],
                  t["one at a time"], t["one at a time"] / t["side by side"], "> 1 on a multi-core CPU"))
+    for what, (before, now, size) in around_training_times().items():
+        rows.append((f"(k) {what}: {size} images a call in turn on torch's {torch.get_num_threads()} intra-op threads / "
+                     "the default chunks side by side, one thread a core", now, before, before / now,
+                     "> 1 on a multi-core CPU"))
     small, large = 10, 50
     m_small, m_large = _fresh_round(small)["peak_mib"], _fresh_round(large)["peak_mib"]
     per_client = (m_large - m_small) / (large - small)
@@ -341,7 +379,7 @@ def main():
             "ours (higher is better for us); (f): seconds per round, the baseline the other route; (g): seconds "
             "per round, the baseline the round with freed memory kept; (h): seconds of training, the baseline the shared "
             "training; (i): seconds per evaluation, the baseline one client a call; (j): seconds per CPU round, the "
-            "baseline the clients side by side.\n\n"
+            "baseline the clients side by side; (k): seconds per call, the baseline the chunks side by side.\n\n"
             + table.to_markdown(index=False, floatfmt=".3g")
             + f"\n\n(c) peak memory of a process training one round of MnistCNN clients (2 DP-SGD steps, B=16; "
               f"{'GPU max_memory_allocated' if DEVICE == 'cuda' else 'CPU peak RSS, VmHWM'}): {m_small:.0f} MiB at "

@@ -380,3 +380,33 @@ def test_crop_flip_matches_torchvision_per_image():
     assert flip.any() and (~flip).any()
     flipped_only = crop_flip(x, torch.Generator().manual_seed(5), pad=0)            # pad 0: flips only
     assert torch.equal(flipped_only.flatten().sort().values, x.flatten().sort().values)
+
+
+@pytest.mark.parametrize("threads_", [1, 2])
+def test_crop_flip_in_chunks_equals_one_image_at_a_time_bit_for_bit(threads_):
+    """Chunks of images cropped side by side (one thread a core) give each image what the first
+    version's arithmetic gives it alone: F.pad(x − fill) + fill, the crop at its offsets, the flip — bit for bit, so
+    cached CIFAR-10 runs compute again exactly."""
+    import torch.nn.functional as F
+
+    from dpfl.data.augment import crop_flip
+
+    x = torch.randn(11, 3, 7, 6)
+    fill = torch.tensor([-1.989, -1.984, -1.711])
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads_)
+    try:
+        out = crop_flip(x, torch.Generator().manual_seed(9), pad=2, fill=fill, chunk=3)    # chunks of 3, 3, 3, 2
+    finally:
+        torch.set_num_threads(before)
+    assert torch.get_num_threads() == before
+    g = torch.Generator().manual_seed(9)
+    oy, ox = torch.randint(0, 5, (11,), generator=g), torch.randint(0, 5, (11,), generator=g)
+    flip = torch.rand(11, generator=g) < 0.5
+    for i in range(11):
+        padded = F.pad(x[i] - fill.view(3, 1, 1), (2, 2, 2, 2)) + fill.view(3, 1, 1)
+        ref = padded[:, oy[i]:oy[i] + 7, ox[i]:ox[i] + 6]
+        assert torch.equal(out[i], ref.flip(-1) if flip[i] else ref)
+    assert out.is_contiguous()
+    with pytest.raises(ValueError, match="^chunk"):
+        crop_flip(x, torch.Generator(), chunk=0)

@@ -137,6 +137,29 @@ def test_shared_accuracy_equals_the_per_client_evaluation(mnist_shards):
         torch.testing.assert_close(loss[c], direct)
 
 
+def test_shared_accuracy_is_the_same_by_any_chunk_and_core_count(mnist_shards):
+    """MnistCNN's global evaluation by chunks of 500 images side by side (the CPU's default), by chunks of 7 on one
+    or two threads and in one piece: the same accuracies and losses bit for bit; a bad chunk is refused by name."""
+    from dpfl.federated.evaluate import shared_accuracy
+
+    params = MNIST_CNN.init(torch.Generator().manual_seed(3))
+    index, mask = mnist_shards.test_index(np.arange(mnist_shards.num_clients))
+    run = lambda **kw: shared_accuracy(MNIST_CNN, params, mnist_shards.test_x, mnist_shards.test_y, index, mask,
+                                       with_loss=True, **kw)
+    ref = run(chunk=10**6)
+    before = torch.get_num_threads()
+    try:
+        for threads_, chunk in ((2, None), (1, 7), (2, 7)):
+            torch.set_num_threads(threads_)
+            got = run(chunk=chunk)
+            assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1]), (threads_, chunk)
+    finally:
+        torch.set_num_threads(before)
+    assert 0.02 < float(ref[0].mean()) < 0.3                      # an untrained model: about chance
+    with pytest.raises(ValueError, match="^chunk"):
+        run(chunk=0)
+
+
 def test_refresh_accuracy_recomputes_the_marked_clients_only_and_equals_a_full_evaluation(mnist_shards):
     """MnistCNN, so that the clients' convolutions are batched (one group per client): a call with
     some of the clients gives each the same logits as a call with all, bit for bit on a CPU."""
