@@ -276,15 +276,17 @@ def around_training_times() -> dict:
     g = torch.Generator().manual_seed(0)
     images = torch.randn(100, 32, 16, 3, 32, 32, generator=g)
     fill = torch.tensor([-1.99, -1.98, -1.71])
-    cases = {"crop_flip, 51 200 CIFAR-10 images": (lambda chunk=None:
-                                                   crop_flip(images, torch.Generator(), fill=fill, chunk=chunk), 51200)}
-    for model, shape, n in ((CIFAR_CNN, (3, 32, 32), 6300), (MNIST_CNN, (1, 28, 28), 8650)):
+
+    def global_evaluation(model, shape, n):            # one model on n distinct pool images, 50 a client
         params, pool, labels = model.init(g), torch.randn(n, *shape, generator=g), torch.randint(0, 10, (n,), generator=g)
         index = torch.arange(n).view(-1, 50)
         mask = torch.ones_like(index, dtype=torch.bool)
-        cases[f"shared_accuracy, {model.name}, {n} images"] = (
-            lambda chunk=None, model=model, params=params, pool=pool, labels=labels, index=index, mask=mask:
-            shared_accuracy(model, params, pool, labels, index, mask, chunk=chunk, with_loss=True), 2000)
+        return lambda chunk=None: shared_accuracy(model, params, pool, labels, index, mask, chunk=chunk, with_loss=True)
+
+    cases = {"crop_flip, 51 200 CIFAR-10 images": (lambda chunk=None: crop_flip(images, torch.Generator(), fill=fill,
+                                                                                 chunk=chunk), 51200),
+             **{f"shared_accuracy, {model.name}, {n} images": (global_evaluation(model, shape, n), 2000)
+                for model, shape, n in ((CIFAR_CNN, (3, 32, 32), 6300), (MNIST_CNN, (1, 28, 28), 8650))}}
     spread, times = threads.spread, {}
     for what, (go, before) in cases.items():
         side = best(go)

@@ -136,6 +136,29 @@ def test_spread_covers_every_item_once_and_restores_the_threads_on_an_error():
     assert torch.get_num_threads() == before
 
 
+@pytest.mark.parametrize("side_by_side", [False, True])
+def test_by_chunks_hands_out_whole_chunks_covering_every_item_once(side_by_side):
+    """Every item in exactly one slice; every slice one whole chunk (the last one short), whatever the core count."""
+    from dpfl.federated import threads
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for items, chunk in ((10, 3), (4, 1), (5, 8), (9, 3)):
+            seen, calls = torch.zeros(items, dtype=torch.long), []
+
+            def visit(slices, seen=seen, calls=calls):
+                calls.append(list(slices))
+                for sl in calls[-1]:
+                    seen[sl] += 1
+            threads.by_chunks(visit, items, chunk, side_by_side=side_by_side)
+            got = sorted((sl.start, sl.stop) for run in calls for sl in run)
+            assert got == [(a, min(a + chunk, items)) for a in range(0, items, chunk)] and seen.tolist() == [1] * items
+            assert len(calls) == (min(2, -(-items // chunk)) if side_by_side else 1)
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
 def test_training_in_place_leaves_the_inputs_untouched(optimizer):
     """The optimiser step writes into the output stack in place: the caller's parameters and

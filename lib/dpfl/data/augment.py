@@ -27,15 +27,17 @@ def crop_flip(x: torch.Tensor, generator: torch.Generator, *, pad: int = 4, fill
     ``x``: (..., C, H, W); ``fill``: the padding value per channel (default 0). Offsets and flips
     come from ``generator`` (row-major over the leading axes: every row's vertical offset, then every horizontal
     one, then the flips), so the result is repeatable. ``chunk``: images per call, by default all on a GPU
-    and :data:`CROP_CHUNK` on a CPU, where the chunks are cropped side by side, one thread a core (``dpfl.federated.threads``): a Zheng CIFAR-10 round's 51 200 images took
-    1.5–2.3 s in one piece on a 2-core CPU (the first version: one padded copy of every image, then one gather), ≈ 0.5 s
+    and :data:`CROP_CHUNK` on a CPU, where the chunks are cropped side by side, one thread a core
+    (``dpfl.federated.threads``): a Zheng CIFAR-10 round's 51 200 images took 1.5–2.3 s in one piece on a 2-core CPU (the first version: one padded copy of every image, then one gather), ≈ 0.5 s
     so (``make bench``, row (k)); the same bits either way (``tests/test_data.py``).
     """
     pad = checks.nonnegative("pad", pad)
     *lead, C, H, W = x.shape
     flat = x.reshape(-1, C, H, W)
     n = flat.shape[0]
-    chunk = checks.positive_int("chunk", (max(n, 1) if x.is_cuda else CROP_CHUNK) if chunk is None else chunk)
+    if chunk is None:
+        chunk = max(n, 1) if x.is_cuda else CROP_CHUNK
+    chunk = checks.positive_int("chunk", chunk)
     dev = x.device
     fill = torch.zeros(C, dtype=x.dtype, device=dev) if fill is None else torch.as_tensor(fill, dtype=x.dtype, device=dev)
     fill = fill.view(1, C, 1, 1)
@@ -44,8 +46,8 @@ def crop_flip(x: torch.Tensor, generator: torch.Generator, *, pad: int = 4, fill
     flip = (torch.rand(n, generator=generator, device=generator.device) < 0.5).to(dev)
     out = torch.empty(n, C, H, W, dtype=x.dtype, device=dev)
 
-    def crop(chunks: slice):
-        for sl in threads.clients_of(chunks, chunk, n):
+    def crop(slices):                                   # one thread's run of chunks
+        for sl in slices:
             padded = fill.expand(sl.stop - sl.start, C, H + 2 * pad, W + 2 * pad).clone()
             # the image as the first version had it, (x − fill) + fill, zero-padded and shifted back: the round-off
             # is kept so that every cached run computes again bit for bit (tests/test_data.py)
@@ -55,9 +57,5 @@ def crop_flip(x: torch.Tensor, generator: torch.Generator, *, pad: int = 4, fill
             crops = windows[rows, :, oy[sl], ox[sl]]                # each image's crop: (n, C, H, W)
             out[sl] = torch.where(flip[sl].view(-1, 1, 1, 1), crops.flip(-1), crops)
 
-    chunks = -(-n // chunk)
-    if x.is_cuda:
-        crop(slice(0, chunks))
-    else:
-        threads.spread(crop, chunks)
+    threads.by_chunks(crop, n, chunk, side_by_side=not x.is_cuda)
     return out.reshape(*lead, C, H, W)

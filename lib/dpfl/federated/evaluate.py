@@ -8,7 +8,8 @@ from dpfl import checks
 from dpfl.federated import threads
 from dpfl.models import Model
 
-__all__ = ["GPU_EVAL_CHUNK", "GPU_SHARED_CHUNK", "CPU_SHARED_CHUNK", "accuracy", "accuracy_cache", "refresh_accuracy", "shared_accuracy", "used_images"]
+__all__ = ["GPU_EVAL_CHUNK", "GPU_SHARED_CHUNK", "CPU_SHARED_CHUNK", "accuracy", "accuracy_cache", "refresh_accuracy",
+           "shared_accuracy", "used_images"]
 
 
 #: clients per vmapped evaluation on a GPU (:func:`accuracy`)
@@ -40,16 +41,12 @@ def accuracy(model: Model, params: dict, x, y, mask, *, stacked: bool, chunk: in
     m = y.shape[0]
     out = torch.empty(m, device=y.device)
 
-    def evaluate(chunks: slice):                        # the chunks chunks.start, …, chunks.stop - 1
+    def evaluate(slices):                               # one thread's run of chunks
         with torch.no_grad():                           # per thread
-            for sl in threads.clients_of(chunks, chunk, m):
+            for sl in slices:
                 out[sl] = fn({k: v[sl] for k, v in params.items()} if stacked else params, x[sl], y[sl], mask[sl])
 
-    chunks = -(-m // chunk)
-    if x.is_cuda:
-        evaluate(slice(0, chunks))
-    else:                                               # whole chunks side by side, one thread a core
-        threads.spread(evaluate, chunks)
+    threads.by_chunks(evaluate, m, chunk, side_by_side=not x.is_cuda)
     return out
 
 
@@ -101,19 +98,15 @@ def shared_accuracy(model: Model, params: dict, x, y, index, mask, *, used=None,
     correct = torch.zeros(y.shape[0], dtype=torch.bool, device=y.device)
     nll = torch.zeros(y.shape[0], device=y.device)
 
-    def evaluate(chunks: slice):                        # the chunks chunks.start, …, chunks.stop - 1
+    def evaluate(slices):                               # one thread's run of chunks
         with torch.no_grad():                           # per thread
-            for sl in threads.clients_of(chunks, chunk, used.numel()):
+            for sl in slices:
                 ix = used[sl]
                 logp = model.forward(params, x[ix], None)
                 correct[ix] = logp.argmax(-1) == y[ix]
                 nll[ix] = -logp.gather(-1, y[ix].unsqueeze(-1)).squeeze(-1).to(nll.dtype)
 
-    chunks = -(-used.numel() // chunk)
-    if x.is_cuda:
-        evaluate(slice(0, chunks))
-    else:
-        threads.spread(evaluate, chunks)
+    threads.by_chunks(evaluate, used.numel(), chunk, side_by_side=not x.is_cuda)
     count = mask.sum(1).clamp(min=1)
     acc = (correct[index] & mask).sum(1) / count
     if not with_loss:

@@ -353,9 +353,9 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
     # chunk results to concatenate: peak memory stays ≈ 2 copies of the clients' state, plus one
     # chunk's parameters as scratch per thread). Each client draws from its own generator in the same
     # order (masks, then noise, step by step), so chunking never matters.
-    def train(chunks: slice):                          # the chunks chunks.start, …, chunks.stop - 1
+    def train(slices):                                 # one thread's run of chunks
         scratch = None if by_hand else _empty_like(take(params, slice(0, chunk)))   # the optimiser step's temporaries
-        for sl in threads.clients_of(chunks, chunk, m):
+        for sl in slices:
             gens = generators[sl]
             if by_hand:
                 put(new_params, sl, mlp_sgd.sgd_steps(model, cfg, take(params, sl), x[sl], y[sl], lr[sl], anchor))
@@ -370,11 +370,7 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
                 step_fn(p, st, x[sl, k], y[sl, k], masks, step_noise(shapes, gens) if cfg.dp else None, lr[sl], anchor,
                         work)
 
-    chunks = -(-m // chunk)
-    if first.is_cuda or by_hand:
-        train(slice(0, chunks))
-    else:                                               # a CPU: whole chunks side by side, one thread a core
-        threads.spread(train, chunks)
+    threads.by_chunks(train, m, chunk, side_by_side=not (first.is_cuda or by_hand))
     return new_params, new_state
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-__all__ = ["spread", "clients_of"]
+__all__ = ["spread", "by_chunks"]
 
 
 def spread(fn, items: int, workers: int | None = None) -> None:
@@ -45,9 +45,21 @@ def spread(fn, items: int, workers: int | None = None) -> None:
         torch.set_num_threads(before)
 
 
-def clients_of(chunks: slice, chunk: int, items: int):
-    """The client slices of the chunks ``chunks.start, …, chunks.stop - 1`` of ``chunk`` clients each (of ``items``):
-    what a part :func:`spread` hands out covers."""
+def by_chunks(fn, items: int, chunk: int, *, side_by_side: bool) -> None:
+    """Call ``fn(slices)`` on the slices of ``range(items)`` in chunks of ``chunk`` (one vmapped call each): all of
+    them in the calling thread, or with ``side_by_side`` (a CPU) whole chunks spread over one thread a core
+    (:func:`spread`), each thread's ``fn`` getting its own run of chunks, so which items share a call never depends
+    on the core count. ``fn`` writes its results into shared outputs and may keep state for its run of chunks."""
+    run = lambda part: fn(_slices(part, chunk, items))
+    chunks = -(-items // chunk)
+    if side_by_side:
+        spread(run, chunks)
+    else:
+        run(slice(0, chunks))
+
+
+def _slices(chunks: slice, chunk: int, items: int):
+    """The item slices of the chunks ``chunks.start, …, chunks.stop - 1`` of ``chunk`` items each (of ``items``)."""
     for start in range(chunks.start * chunk, min(chunks.stop * chunk, items), chunk):
         yield slice(start, min(start + chunk, items))
 
