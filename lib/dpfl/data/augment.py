@@ -24,12 +24,13 @@ def crop_flip(x: torch.Tensor, generator: torch.Generator, *, pad: int = 4, fill
     """Random crop of the original size from the image padded by ``pad`` on every side, then a
     horizontal flip with probability ½, independently per image.
 
-    ``x``: (..., C, H, W); ``fill``: the padding value per channel (default 0). Offsets and flips
-    come from ``generator`` (row-major over the leading axes: every row's vertical offset, then every horizontal
-    one, then the flips), so the result is repeatable. ``chunk``: images per call, by default all on a GPU
-    and :data:`CROP_CHUNK` on a CPU, where the chunks are cropped side by side, one thread a core
-    (``dpfl.federated.threads``): a Zheng CIFAR-10 round's 51 200 images took 1.5–2.3 s in one piece on a 2-core CPU (the first version: one padded copy of every image, then one gather), ≈ 0.5 s
-    so (``make bench``, row (k)); the same bits either way (``tests/test_data.py``).
+    ``x``: (..., C, H, W); ``fill``: the padding value per channel (default 0). Offsets and flips come from
+    ``generator`` (row-major over the leading axes: every row's vertical offset, then every horizontal one, then
+    the flips), so the result is repeatable. ``chunk``: images per call, by default all on a GPU and
+    :data:`CROP_CHUNK` on a CPU, where the chunks are cropped side by side, one thread a core
+    (``dpfl.federated.threads``): a Zheng CIFAR-10 round's 51 200 images took 1.5–2.3 s in one piece on a 2-core
+    CPU (the first version: one padded copy of every image, then one gather), ≈ 0.5 s so (``make bench``,
+    row (k)); the same bits either way (``tests/test_data.py``).
     """
     pad = checks.nonnegative("pad", pad)
     *lead, C, H, W = x.shape
@@ -39,7 +40,8 @@ def crop_flip(x: torch.Tensor, generator: torch.Generator, *, pad: int = 4, fill
         chunk = max(n, 1) if x.is_cuda else CROP_CHUNK
     chunk = checks.positive_int("chunk", chunk)
     dev = x.device
-    fill = torch.zeros(C, dtype=x.dtype, device=dev) if fill is None else torch.as_tensor(fill, dtype=x.dtype, device=dev)
+    fill = (torch.zeros(C, dtype=x.dtype, device=dev) if fill is None
+            else torch.as_tensor(fill, dtype=x.dtype, device=dev))
     fill = fill.view(1, C, 1, 1)
     oy = torch.randint(0, 2 * pad + 1, (n,), generator=generator, device=generator.device).to(dev)
     ox = torch.randint(0, 2 * pad + 1, (n,), generator=generator, device=generator.device).to(dev)
