@@ -2,6 +2,7 @@
 import dataclasses
 import json
 import tarfile
+import types
 
 import numpy as np
 import pytest
@@ -240,6 +241,34 @@ class _EmptyCache:
     def load(self, config):
         return None
 
+
+def test_one_twin_serves_every_cell_of_its_p():
+    """A twin has no σ: the cells of one table and p share it, so the longest R's twin, once cached, serves the
+    cells with a shorter R (``cached_twin`` takes the shortest cached twin with ≥ R rounds) and their follow-ups
+    ask for nothing more. Table 3's p = 1 cells (R 207 / 321 / 468 in the paper) thus need one twin, not three."""
+    import pandas as pd
+
+    from dpfl.experiments import zheng2021 as z
+
+    for table in z.TARGETS:
+        by_p = {}
+        for cell in z.cells(table):
+            by_p.setdefault(cell.p, set()).add(z.twin(cell, 300))
+        assert all(len(twins) == 1 for twins in by_p.values()), table
+    p1 = [c for c in z.cells("3") if c.p == 1.0]
+    assert sorted(c.sigma for c in p1) == [0.5, 0.75, 1.0]
+    longer = z.twin(p1[0], 470)
+
+    class OneTwin:                                          # a cache holding the 470-round twin alone
+        def load(self, config):
+            return types.SimpleNamespace(value="metrics") if config == longer else None
+
+    reached = pd.DataFrame({"round": [320, 321], "acc_stored_local": [0.51, 0.53]})
+    for cell in p1:
+        assert z.cached_twin(OneTwin(), cell, 321).value == "metrics"
+        assert z.followups(cell, reached, OneTwin()) == []
+        assert [t.rounds for t in z.followups(cell, reached, _EmptyCache())] == [321]
+    assert z.cached_twin(OneTwin(), p1[0], 471) is None                # shorter than R: no twin
 
 @pytest.mark.parametrize("route, sigma", [("unfold", 1.0), ("grouped", 1.0), ("matmul", 1.0), ("matmul", None)])
 def test_the_per_sample_route_changes_how_not_what(data_root, tmp_path, route, sigma):
