@@ -50,6 +50,17 @@ def test_outputs_profiles_and_generators(tmp_path):
     assert names == ["comparisons.csv", "comparisons.md", "f.pdf", "f.png", "t.csv", "t.md"]
 
 
+def test_a_missing_value_reads_as_a_dash_in_a_tables_markdown(tmp_path):
+    """A cell not computed yet (NaN or None) is "—" in the ``.md`` a reader sees, not "nan", and empty in the
+    ``.csv``; numbers keep their format."""
+    nb = setup("x", profile="smoke", out_dir=tmp_path)
+    nb.save_table(pd.DataFrame({"R": [322, 201], "twin %": [float("nan"), 58.2712], "device": [None, "cpu"]}), "t")
+    rows = (tmp_path / "t.md").read_text().splitlines()[2:]
+    assert [[c.strip() for c in r.strip("|").split("|")] for r in rows] == [["322", "—", "—"], ["201", "58.27", "cpu"]]
+    assert "nan" not in (tmp_path / "t.md").read_text()
+    assert (tmp_path / "t.csv").read_text().splitlines()[1] == "322,,"
+
+
 def test_a_caveat_goes_into_the_file_name_and_the_title(tmp_path):
     """A figure or table from a reconstruction or a stand-in dataset says so in its name and title
     (issue #14: FedHDP's Fig. 5 did not; Kim's Table 1 was named like the paper's)."""

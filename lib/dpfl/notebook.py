@@ -96,12 +96,15 @@ class Notebook:
 
     def save_table(self, table, name: str, *, caveat: str | None = None, floatfmt: str = ".4g") -> Path:
         """Write a DataFrame as ``<name>.csv`` and ``<name>.md`` into ``out_dir``, atomically;
-        ``caveat`` as in :meth:`savefig` (file name, and a caption line in the ``.md``)."""
+        ``caveat`` as in :meth:`savefig` (file name, and a caption line in the ``.md``). A missing value
+        (NaN, None: e.g. a twin not yet computed) reads "—" in the ``.md`` and stays empty in the ``.csv``."""
         name = _with_caveat(name, caveat)
         with atomic_path(self.out_dir / f"{name}.csv") as tmp:
             table.to_csv(tmp, index=False)
         caption = f"*{name} — {caveat}*\n\n" if caveat else ""
-        write_text(self.out_dir / f"{name}.md", caption + table.to_markdown(index=False, floatfmt=floatfmt) + "\n")
+        shown = table.astype(object).where(table.notna(), None)      # tabulate's missingval sees None, not NaN
+        write_text(self.out_dir / f"{name}.md",
+                   caption + shown.to_markdown(index=False, floatfmt=floatfmt, missingval="—") + "\n")
         return self.out_dir / f"{name}.csv"
 
     # -- paper versus ours --------------------------------------------------------------------
