@@ -268,7 +268,8 @@ def test_one_twin_serves_every_cell_of_its_p():
         assert z.cached_twin(OneTwin(), cell, 321).value == "metrics"
         assert z.followups(cell, reached, OneTwin()) == []
         assert [t.rounds for t in z.followups(cell, reached, _EmptyCache())] == [321]
-    assert z.cached_twin(OneTwin(), p1[0], 471) is None                # shorter than R: no twin
+    assert z.cached_twin(OneTwin(), p1[0], 471) is None                # a twin shorter than R serves no cell
+
 
 @pytest.mark.parametrize("route, sigma", [("unfold", 1.0), ("grouped", 1.0), ("matmul", 1.0), ("matmul", None)])
 def test_the_per_sample_route_changes_how_not_what(data_root, tmp_path, route, sigma):
