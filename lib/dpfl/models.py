@@ -26,8 +26,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-__all__ = ["Model", "Tap", "im2col", "MNIST_CNN", "CIFAR_CNN", "GEYER_MLP", "FEMNIST_CNN", "cifar_cnn", "fedhdp_mlp", "softmax_regression",
-           "get_model"]
+__all__ = ["Model", "Tap", "im2col", "MNIST_CNN", "CIFAR_CNN", "GEYER_MLP", "FEMNIST_CNN", "cifar_cnn", "fedhdp_mlp",
+           "softmax_regression", "get_model"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,8 +28,8 @@ from cycler import cycler
 
 from dpfl.io import write_text
 
-__all__ = ["Comparison", "KINDS", "PENDING", "compare", "claim", "pending", "comparison_table", "apply_plot_style", "PLOT_STYLE", "to_markdown", "write_report",
-           "MATCH", "DIFFERS"]
+__all__ = ["Comparison", "KINDS", "PENDING", "compare", "claim", "pending", "comparison_table", "apply_plot_style",
+           "PLOT_STYLE", "to_markdown", "write_report", "MATCH", "DIFFERS"]
 
 MATCH = "match"
 DIFFERS = "differs"

@@ -5,7 +5,8 @@ picklable value, typically a pandas DataFrame). ``run(config)`` is pure and idem
 the cached result for the config's hash when there is one, otherwise computes it and writes it
 atomically, with provenance (package version, git commit, device, wall time, seed). A grid run
 with :func:`run_many` therefore resumes where it was interrupted. Set ``FORCE=1`` in the
-environment (or pass ``force=True``) to recompute, or ``RESULTS_ONLY=1`` to compute nothing (a missing result is then an error that lists it).
+environment (or pass ``force=True``) to recompute, or ``RESULTS_ONLY=1`` to compute nothing (a missing result
+is then an error that lists it).
 
 Runs that one computation can yield together (FedHDP's validation runs that differ only in Ditto's λ,
 which never moves the shared global model) say so: their class defines ``together(self)`` (the configs

@@ -24,7 +24,8 @@ from dpfl import checks
 from dpfl.accounting._solve import smallest_meeting
 from dpfl.accounting.hockey_stick import theta
 
-__all__ = ["ApproximationWarning", "clt_mu", "clt_mu_fraction", "clt_mu_poisson", "delta", "epsilon", "compose", "strong_federated_mu"]
+__all__ = ["ApproximationWarning", "clt_mu", "clt_mu_fraction", "clt_mu_poisson", "delta", "epsilon", "compose",
+           "strong_federated_mu"]
 
 
 class ApproximationWarning(UserWarning):

@@ -36,7 +36,8 @@ from dpfl.runs import env_flag
 
 __all__ = ["OPT_OUT", "SKEWED_DIGIT", "TABLE7", "HEADLINES", "DATASETS", "PAPER_DATASETS", "ALGORITHMS", "SETTINGS", "Federation",
            "federation", "FedHDPRun", "outcome", "validation_grid", "select", "final_runs", "summary", "headlines",
-           "RatioProbe", "measured_ratio", "ratio_grid", "ratio_probes", "ratio_check", "ratio_claims", "ratio_section", "followups", "cli_grid", "cached_section", "claims",
+           "RatioProbe", "measured_ratio", "ratio_grid", "ratio_probes", "ratio_check", "ratio_claims", "ratio_section",
+           "followups", "cli_grid", "cached_section", "claims",
            "noise_scale", "QUIET", "quiet_grid", "grid_gain", "quiet_section"]
 
 #: The fraction of clients who opt out of DP in every experiment (§5.2)

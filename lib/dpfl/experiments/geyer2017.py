@@ -35,9 +35,9 @@ from dpfl.federated.sampling import FixedClients
 from dpfl.federated.schedule import LearningRate
 from dpfl.models import GEYER_MLP
 
-__all__ = ["EPS", "DELTA_BUDGET", "PUBLISHED", "published", "paper_accountant", "paper_round", "GeyerConfig", "GeyerDP", "spread", "median_shift",
-           "federated_mnist", "paper_stop_round", "ramp", "GeyerRun", "outcome", "best", "SETTINGS", "dp_grid", "cached_grid",
-           "nondp_run", "same_ratio_runs", "grid", "main"]
+__all__ = ["EPS", "DELTA_BUDGET", "PUBLISHED", "published", "paper_accountant", "paper_round", "GeyerConfig", "GeyerDP",
+           "spread", "median_shift", "federated_mnist", "paper_stop_round", "ramp", "GeyerRun", "outcome", "best", "SETTINGS",
+           "dp_grid", "cached_grid", "nondp_run", "same_ratio_runs", "grid", "main"]
 
 #: ε of every run (the paper, §4, after Abadi et al.)
 EPS = 8.0

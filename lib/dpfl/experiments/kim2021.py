@@ -104,7 +104,8 @@ def noise_table(eps, horizons, q: float, C: float, delta: float) -> pd.DataFrame
     for T in horizons:
         for e in eps:
             found = {m: min_noise_variance(m, e, q, C, delta, T) for m in METHODS}
-            flags = "; ".join(f"{LABELS[m]}: {status}" for m, (_, status) in found.items() if m in PAPER_METHODS and status != "ok")
+            flags = "; ".join(f"{LABELS[m]}: {status}" for m, (_, status) in found.items()
+                              if m in PAPER_METHODS and status != "ok")
             rows.append({"T": T, "eps": e, **{m: sigma2 for m, (sigma2, _) in found.items()}, "flags": flags})
     return pd.DataFrame(rows)
 

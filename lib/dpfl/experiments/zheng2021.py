@@ -29,9 +29,9 @@ from dpfl.federated.sampling import PoissonClients
 from dpfl.federated.schedule import LearningRate
 from dpfl.models import MNIST_CNN, cifar_cnn
 
-__all__ = ["ZhengRun", "PUBLISHED", "published", "federated_mnist", "cifar10_split", "federated_cifar10", "first_round", "CIFAR_NORMALISATION",
-           "default_steps", "SETTINGS", "mnist_run", "cifar_run", "grid", "TARGETS", "cells", "twin", "cached_twin", "followups",
-           "cached_cells", "computed_on", "main"]
+__all__ = ["ZhengRun", "PUBLISHED", "published", "federated_mnist", "cifar10_split", "federated_cifar10", "first_round",
+           "CIFAR_NORMALISATION", "default_steps", "SETTINGS", "mnist_run", "cifar_run", "grid", "TARGETS", "cells", "twin",
+           "cached_twin", "followups", "cached_cells", "computed_on", "main"]
 
 #: The authors' CIFAR-10 normalisation (``transforms.Normalize``; docs/zheng2021.md §2).
 CIFAR_NORMALISATION = ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))

@@ -15,8 +15,8 @@ from dpfl.experiments.zheng2021 import TARGETS, first_round
 
 __all__ = ["TABLE2_RATIOS", "C_HALF_G1", "at_round", "mu_max", "mu_max_table", "rounds_table", "rounds_comparisons",
            "pending_rows", "rounds_offset", "offset_summary", "seed_spread", "batch_size_claim", "personalization_claim",
-           "batch_size_table", "batch_size_pairs", "batch_size_ratios", "ratio_comparisons", "loss_gaps", "personalization_gaps", "metric_table",
-           "exact_bracket", "tightness_row"]
+           "batch_size_table", "batch_size_pairs", "batch_size_ratios", "ratio_comparisons", "loss_gaps",
+           "personalization_gaps", "metric_table", "exact_bracket", "tightness_row"]
 
 #: §4's text on Table 2 (p = 0.5): B = 8 over B = 16 at the 90 % target (docs/zheng2021.md §3)
 TABLE2_RATIOS = {"μ ratio": 0.83, "iterations ratio": 2.78, "examples ratio": 1.39}

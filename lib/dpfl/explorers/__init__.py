@@ -116,7 +116,8 @@ def show(explorer: Explorer, interactive: bool = True) -> None:
         else:
             display(box)
             return
-    print(f"{explorer.title} — static view at the defaults "
-          f"({', '.join(f'{c.label} = {c.default:g}' if isinstance(c.default, float) else f'{c.label} = {c.default}' for c in explorer.controls)}); "
+    defaults = ", ".join(f"{c.label} = {c.default:g}" if isinstance(c.default, float) else f"{c.label} = {c.default}"
+                         for c in explorer.controls)
+    print(f"{explorer.title} — static view at the defaults ({defaults}); "
           "open the notebook in JupyterLab with interactive = True to move the sliders.")
     _render(explorer, explorer.defaults())

@@ -41,7 +41,8 @@ def compute(eps: float, T: int, q: float, exact: str = "no", *, C: float = DEFAU
         s2, status = _sigma2(m, float(eps), float(q), float(C), float(delta), int(T))
         ok = np.isfinite(s2)
         rows.append({"method": LABELS[m], "σ²": s2, "status": status,
-                     "utility bound U(T)": float(kim.utility_bound(T, np.full(n_users, s2), C, d, lam, beta)[()]) if ok else np.nan,
+                     "utility bound U(T)": (float(kim.utility_bound(T, np.full(n_users, s2), C, d, lam, beta)[()])
+                                            if ok else np.nan),
                      "rate bound (bits/symbol)": float(kim.rate_bound(s2, C, d)) if ok else np.nan})
     floor, cap = float(kim.noise_floor(C)), float(kim.noise_cap(q, C))
     note = (f"Validity region of Abadi et al.'s Lemma 3 (Proposed, MA): σ² ∈ [4C², C²/(64q²)] = [{floor:g}, {cap:g}]; "

@@ -26,9 +26,9 @@ def accuracy(model: Model, params: dict, x, y, mask, *, stacked: bool, chunk: in
     :data:`GPU_EVAL_CHUNK` on a GPU and one on a CPU, where a convolution vmapped over many clients' models is
     slower than one per client (as in ``local.local_train``): Zheng's stored accuracy of 50 clients took 5.3 s by
     chunks of 25 and 2.1 s one by one for MnistCNN (200 images each), 2.0 s and 0.8 s for the CIFAR-10 CNN (100
-    each) on a 2-core CPU (``make bench``, row (i); ``benchmarks/RESULTS.md``). MnistCNN's log-probabilities are bitwise the same by either
-    chunk there, the CIFAR-10 CNN's equal up to round-off. On a CPU whole chunks are spread over one thread a core
-    (``dpfl.federated.threads``). Returns (m,) accuracies.
+    each) on a 2-core CPU (``make bench``, row (i); ``benchmarks/RESULTS.md``). MnistCNN's log-probabilities are
+    bitwise the same by either chunk there, the CIFAR-10 CNN's equal up to round-off. On a CPU whole chunks are
+    spread over one thread a core (``dpfl.federated.threads``). Returns (m,) accuracies.
     """
     if chunk is None:
         chunk = GPU_EVAL_CHUNK if x.is_cuda else 1

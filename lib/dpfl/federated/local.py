@@ -26,7 +26,8 @@ from dpfl import checks
 from dpfl.federated import mlp_sgd, threads
 from dpfl.models import Model, Tap, im2col
 
-__all__ = ["CONV_ROUTES", "LocalConfig", "init_state", "local_train", "updates_from", "client_generators", "step_noise", "take", "put"]
+__all__ = ["CONV_ROUTES", "LocalConfig", "init_state", "local_train", "updates_from", "client_generators", "step_noise",
+           "take", "put"]
 
 
 #: DP-SGD's routes to the convolutions' per-sample gradients (``LocalConfig.per_sample``, :func:`_clipped_sum`):
@@ -248,8 +249,9 @@ def _update_(cfg: LocalConfig, params, state, grads, lr, anchor, work):
 
     Element-wise, outside ``vmap`` and without temporaries per operation: on a CPU the Adam step of
     MnistCNN's 1.2 M-entry fc1 was a third of a client step when every operation allocated its
-    result (a DP-SGD client step took 39 ms on a 2-core CPU, 31 ms since). Each value is the same IEEE operation, in the same order, as
-    b₁m + (1 − b₁)g, b₂v + (1 − b₂)g², w − (lr/c₁)·m / (√(v/c₂) + ε) (no fused multiply-adds)."""
+    result (a DP-SGD client step took 39 ms on a 2-core CPU, 31 ms since). Each value is the same IEEE
+    operation, in the same order, as b₁m + (1 − b₁)g, b₂v + (1 − b₂)g², w − (lr/c₁)·m / (√(v/c₂) + ε)
+    (no fused multiply-adds)."""
     step = None
     if cfg.optimizer == "adam":
         b1, b2 = cfg.betas

@@ -25,9 +25,10 @@ what one round does; everything else lives here, once (the shape of apple/pfl-re
 * a ``deadline`` (``time.time()`` seconds): before a round that would end after it, the loop saves a
   checkpoint and raises :class:`Interrupted`, so a time-limited machine loses no finished round. "Would end
   after it": less than 1.5 × the longest of the last ``max(3, eval_every)`` rounds is left — a window that
-  always holds an evaluated round, and that a one-off slow round (other work on a shared CPU) leaves; with ``whole=True`` it stops (:class:`CannotFinish`) as soon as the rounds
-  left, at the longest round's pace, would end after it — for a machine whose disk goes away at the
-  deadline, where a partial run is lost with its checkpoint.
+  always holds an evaluated round, and that a one-off slow round (other work on a shared CPU) leaves; with
+  ``whole=True`` it stops (:class:`CannotFinish`) as soon as the rounds left, at the longest round's pace,
+  would end after it — for a machine whose disk goes away at the deadline, where a partial run is lost with
+  its checkpoint.
 
 An algorithm subclasses :class:`Algorithm` and overrides what differs.
 """
