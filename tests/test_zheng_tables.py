@@ -146,6 +146,9 @@ def test_plot_paper_cells_draws_one_panel_per_p_one_colour_per_sigma_and_the_pap
     assert list(lines["σ = 0.75: paper's R = 64"].get_xdata()) == [64, 64]
     assert list(lines["non-private twin"].get_xdata()) == [1, 2, 3, 4]               # to the last round of its cells
     assert "non-private twin" not in {line.get_label() for line in second.get_lines()}
+    # the legend: one entry per σ, naming the paper's R, and the twin (the title says what each line style is)
+    assert [t.get_text() for t in first.get_legend().get_texts()] == [
+        "σ = 1 (paper's R = 93)", "σ = 0.75 (paper's R = 64)", "non-private twin"]
     plt.close(fig)
     single = zp.plot_paper_cells({(0.5, 0.75): (cell(0.5, 0.75), _metrics([0.4, 0.92]), None)}, published(), "2")
     single.canvas.draw()                                   # one panel: the title wraps inside the figure's width

@@ -210,7 +210,7 @@ class ZhengRun(TrainingRun):
 #: the p of the B = 8 vs B = 16 comparison (Table 2: p = 0.5; ``quick`` uses p = 1, where all 6
 #: clients train every round and the two runs are paired: at p = 0.5 which ~3 clients train in a
 #: round decides more than B does). ``cell_room``: a cell (:func:`cells`) may run to ``cell_room`` × the
-#: paper's R where the profile's rounds stop sooner (None: never). Our R has run 0.96–1.14 × the paper's
+#: paper's R where the profile's rounds stop sooner (None: never). Our R has run 0.90–1.14 × the paper's
 #: over the cells computed so far (the notebook's §9), so the cap of 300 rounds (Table 2's σ = 1, B = 8:
 #: R = 266) or 1000 (Table 3's p = 0.5, σ = 1: R = 904) could end a run a few rounds short of its target
 #: and report a failed claim that is only a cap (docs/zheng2021.md §3). 1.25 leaves every other cell at its profile's rounds

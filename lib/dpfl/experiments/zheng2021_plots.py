@@ -35,25 +35,29 @@ def plot_paper_cells(done: dict, published: pd.DataFrame, table: str = "1", targ
     fig, axes = plt.subplots(1, len(ps), figsize=(3.3 * len(ps) + 1.2, 3.4), sharey=True, squeeze=False)
     for ax, p in zip(axes[0], ps):
         cells = sorted(((s, v) for (q, s), v in done.items() if q == p), reverse=True)
+        legend = []                          # one entry per σ and the twin: the title says what each style is
         for s, (_, metrics, _) in cells:
             color = SIGMA_COLORS[s]
-            ax.plot(metrics["round"], 100 * metrics.acc_stored_local, color=color, lw=1.4, label=f"σ = {s:g}: stored local")
+            solid, = ax.plot(metrics["round"], 100 * metrics.acc_stored_local, color=color, lw=1.4,
+                             label=f"σ = {s:g}: stored local")
             ax.plot(metrics["round"], 100 * metrics.acc_global, color=color, ls=":", lw=0.8, alpha=0.8,
                     label=f"σ = {s:g}: global model")
             paper_R = published.query("table == @table and p == @p and sigma == @s").R.iloc[0]
             ax.axvline(paper_R, color=color, lw=0.9, ls="--", alpha=0.8, label=f"σ = {s:g}: paper's R = {paper_R}")
+            legend.append((solid, f"σ = {s:g} (paper's R = {paper_R})"))
         twins = [t for _, (_, _, t) in cells if t is not None]       # a shorter twin is a longer one's prefix
         if twins:
             last = max(metrics["round"].max() for _, (_, metrics, _) in cells)
             twin = max(twins, key=len).query("round <= @last")
-            ax.plot(twin["round"], 100 * twin.acc_stored_local, color="k", ls="--", lw=1, label="non-private twin")
+            dashed, = ax.plot(twin["round"], 100 * twin.acc_stored_local, color="k", ls="--", lw=1, label="non-private twin")
+            legend.append((dashed, "non-private twin"))
         ax.axhline(100 * target, color="grey", lw=0.8, ls=":")
         ax.set(title=f"p = {p:g}", xlabel="round", ylim=(0, 100))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6.5, loc="lower right")
+        ax.legend(*zip(*legend), fontsize=6.5, loc="lower right")
     axes[0][0].set_ylabel("average test accuracy %")
     title = (f"Table {table} at the paper's setting (100 clients), the cells computed so far: solid, the paper's "
-             f"metric (stored local accuracy); dotted, the global model; dashed, the paper's R")
+             f"metric (stored local accuracy); dotted, the global model; dashed, the paper's R; grey, the target")
     fig.suptitle(textwrap.fill(title, width=int(16 * fig.get_figwidth())), fontsize=8.5)   # one panel: wrap, not widen
     fig.tight_layout()
     return fig
