@@ -23,6 +23,7 @@ def plot_paper_cells(done: dict, published: pd.DataFrame, table: str = "1", targ
     sampling rate p, one colour per σ (:data:`SIGMA_COLORS`); in each, the paper's metric (every client's
     stored local accuracy: solid), the global model (dotted), the paper's R (a vertical line in the σ's
     colour), the target (grey) and the p's non-private twin (black, dashed) to the last round of its cells.
+    The legend names each σ's colour with the paper's R, and the twin; the title says which line style is which.
 
     ``done``: {(p, σ): (config, metrics, twin's metrics or None)} as :func:`dpfl.experiments.zheng2021.cached_cells`
     returns it; ``published``: :func:`dpfl.experiments.zheng2021.published`. Returns the figure."""
@@ -49,7 +50,8 @@ def plot_paper_cells(done: dict, published: pd.DataFrame, table: str = "1", targ
         if twins:
             last = max(metrics["round"].max() for _, (_, metrics, _) in cells)
             twin = max(twins, key=len).query("round <= @last")
-            dashed, = ax.plot(twin["round"], 100 * twin.acc_stored_local, color="k", ls="--", lw=1, label="non-private twin")
+            dashed, = ax.plot(twin["round"], 100 * twin.acc_stored_local, color="k", ls="--", lw=1,
+                              label="non-private twin")
             legend.append((dashed, "non-private twin"))
         ax.axhline(100 * target, color="grey", lw=0.8, ls=":")
         ax.set(title=f"p = {p:g}", xlabel="round", ylim=(0, 100))
