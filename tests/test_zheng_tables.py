@@ -195,6 +195,9 @@ def test_plot_personalized_vs_global_draws_both_curves_per_sigma_at_the_evaluate
     assert to_hex(lines["σ = 0.75, global"].get_color()) == zp.SIGMA_COLORS[0.75].lower()
     assert to_hex(lines["non-private, personalized"].get_color()) == "#000000"
     assert ax.get_title() == "Fig. 4.1" and [t.get_text() for t in ax.texts] == ["setting"]
+    fig.canvas.draw()                                        # the legend sits beside the axes, inside the figure
+    legend = ax.get_legend().get_window_extent()
+    assert ax.get_window_extent().x1 < legend.x0 and legend.x1 <= fig.bbox.x1
     plt.close(fig)
     with pytest.raises(ValueError, match="curves is empty"):
         zp.plot_personalized_vs_global({}, "t")

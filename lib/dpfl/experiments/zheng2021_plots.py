@@ -69,7 +69,7 @@ def plot_personalized_vs_global(curves: dict, title: str, setting: str = "", yla
     """Fig. 4.1 (MNIST) and Fig. 4.3 (CIFAR-10) of Zheng et al. (2021): per σ, the personalized accuracy (every
     client's own model on its own test set, ``acc_local_all``: solid, at the rounds it was evaluated) and the
     global model's on the same test sets (``acc_global``: dashed), in the σ's colour (:data:`SIGMA_COLORS`; black
-    for the non-private run). The paper draws the personalized curves above the global ones.
+    for the non-private run), the legend beside the axes. The paper draws the personalized curves above the global ones.
 
     ``curves``: {σ, or None for the non-private run: a run's metrics}; ``setting``: a line under the axes
     (the profile, the clients, the device). Returns the figure."""
@@ -78,7 +78,7 @@ def plot_personalized_vs_global(curves: dict, title: str, setting: str = "", yla
     if not curves:
         raise ValueError("curves is empty: no run to plot")
     _check_colours(s for s in curves if s is not None)
-    fig, ax = plt.subplots(figsize=(5, 3.4))
+    fig, ax = plt.subplots(figsize=(6.6, 3.4))
     for s, metrics in curves.items():
         m = metrics.dropna(subset=["acc_local_all"])
         color, name = ("k", "non-private") if s is None else (SIGMA_COLORS[s], f"σ = {s:g}")
@@ -86,9 +86,10 @@ def plot_personalized_vs_global(curves: dict, title: str, setting: str = "", yla
         ax.plot(m["round"], 100 * m["acc_global"], color=color, ls="--", lw=1, label=f"{name}, global")
     ax.set(xlabel="round", ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)   # beside the curves, not on them
     if setting:
         ax.text(0.01, -0.25, setting, transform=ax.transAxes, fontsize=7)
+    fig.tight_layout()
     return fig
 
 
