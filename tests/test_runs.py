@@ -5,8 +5,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+import torch
+
 from dpfl import runs
 from dpfl.experiments import runner
+from dpfl.federated import checkpoint
 
 CALLS = []
 
@@ -368,12 +371,44 @@ def test_the_runners_list_computes_nothing_and_names_each_missing_runs_checkpoin
     assert CALLS == [] and not (cache / "progress.json").exists()
     assert [line.split()[0] + " " + line.split(": ")[1].split(" (")[0] for line in lines] == [
         "cached b", "missing a", "missing b-twin", "missing c"]
-    assert re.search(r"\(checkpoint \S+/ckpt/Cell-[0-9a-f]+\.pt, 2 MiB, written \d{4}-\d\d-\d\d \d\d:\d\d\)$", lines[-1])
+    assert re.search(r"\(checkpoint \S+/ckpt/Cell-[0-9a-f]+\.pt, 2 MiB, written \d{4}-\d\d-\d\d \d\d:\d\d; "
+                     r"unreadable \(\w+\)\)$", lines[-1])                  # 2 MiB of "x": a resume would fail on it
     assert "checkpoint" not in "".join(lines[:-1])
     runs.run(Cell(name="b-twin"), runs.Cache(cache))
     for n in "ac":
         runs.run(Cell(name=n), runs.Cache(cache))
     assert runner.main("t", grid, lambda r: r.name, ["p"], str(cache), args, followups=followups) == 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Long(runner.TrainingRun):
+    """A run of ``rounds`` rounds at most, for ``--list``'s progress line; ``stop_at``: a target that may end it sooner."""
+    rounds: int
+    stop_at: float | None = None
+
+    def compute(self):
+        return {}
+
+
+@pytest.mark.parametrize("stop_at, rest", [(None, "of 419 done, 44 s a round (the median of its last stretch), ≈ 4.9 h to go"),
+                                           (0.52, "of at most 419 done, 44 s a round (the median of its last stretch), "
+                                                  "≈ 4.9 h to go at most")])
+def test_the_runners_list_says_how_far_each_checkpoint_has_come(tmp_path, capsys, stop_at, rest):
+    """``--list`` reads a checkpoint's rounds (memory-mapped, its tensors left unread) and tells how long the rest takes at
+    its last stretch's median pace: 20 of 419 rounds, a resumed stretch of 44 s rounds after 15 s ones (another
+    machine) → 399 × 44 s ≈ 4.9 h, not 399 × 15 s."""
+    config = Long(rounds=419, stop_at=stop_at, checkpoint_dir=str(tmp_path / "ckpt"))
+    rows = [{"round": k, "seconds": 15.0 if k <= 10 else 44.0} for k in range(1, 21)]
+    rows[10]["seconds"] = 300.0                                  # a slow round (the resumed stretch's first) moves no median
+    config.checkpoint_path().parent.mkdir()
+    checkpoint.save(config.checkpoint_path(), "key", {"rows": rows, "algorithm": {"big": torch.zeros(10)},
+                                                      "segments": [{"first_round": 1}, {"first_round": 11}]})
+    args = ["--profile", "p", "--cache", str(tmp_path / "cache"), "--checkpoints", str(tmp_path / "ckpt"), "--list"]
+    assert runner.main("t", lambda profile, checkpoint_dir, **_: [dataclasses.replace(config, checkpoint_dir=checkpoint_dir)],
+                       lambda r: "long", ["p"], str(tmp_path / "cache"), args) == 3
+    assert capsys.readouterr().out.splitlines()[-1].endswith(f"; rounds 1–20 {rest})")
+    checkpoint.save(config.checkpoint_path(), "key", {"rows": [], "algorithm": {}, "segments": [{"first_round": 1}]})
+    assert runner._progress(config.checkpoint_path(), config) == "no round done yet"
 
 
 def test_an_only_that_names_no_run_is_an_error_before_any_work(tmp_path, capsys):

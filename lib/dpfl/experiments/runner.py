@@ -9,7 +9,7 @@ checkpoint). ``--bundle``: the cache entries this call computed, in one archive 
 the cache). ``--only S``: the runs whose name contains S. ``--checkpoints DIR``: where a run that
 stops unfinished keeps its checkpoint, to resume from there on the next call. ``<cache>/progress.json`` says what is done,
 what is missing and what stopped the call. ``--list``: print what is cached and what is missing (with the
-checkpoint a missing run would resume from), compute nothing. Exit status 0 when every run is cached, 3 when
+checkpoint a missing run would resume from, its rounds done and the time left at its last pace), compute nothing. Exit status 0 when every run is cached, 3 when
 some are left.
 On a CPU the process keeps the memory it frees for reuse (``dpfl.allocator``: rounds 1.15–1.3× faster).
 """
@@ -21,10 +21,13 @@ import hashlib
 import json
 import math
 import os
+import statistics
 import tarfile
 import time
 from pathlib import Path
 from typing import Callable, ClassVar
+
+import torch
 
 from dpfl import runs
 from dpfl.allocator import keep_freed_memory
@@ -192,7 +195,8 @@ def _computed_with(config, result) -> list:
 
 
 def _checkpoint_note(config) -> str:
-    """`` (checkpoint PATH, N MiB, written DATE)`` when ``config`` has a checkpoint to resume from, else ``""``."""
+    """`` (checkpoint PATH, N MiB, written DATE; PROGRESS)`` when ``config`` has a checkpoint to resume from, else
+    ``""``; PROGRESS is :func:`_progress`'s."""
     path = config.checkpoint_path() if isinstance(config, TrainingRun) else None
     if path is not None and not path.exists():                  # or one of a computation with companions
         path = next(iter(sorted(path.parent.glob(f"{path.stem}+*.pt"))), path)
@@ -200,4 +204,25 @@ def _checkpoint_note(config) -> str:
         return ""
     stat = path.stat()
     written = time.strftime("%Y-%m-%d %H:%M", time.localtime(stat.st_mtime))
-    return f" (checkpoint {path}, {stat.st_size / 2**20:.0f} MiB, written {written})"
+    return f" (checkpoint {path}, {stat.st_size / 2**20:.0f} MiB, written {written}; {_progress(path, config)})"
+
+
+def _progress(path, config) -> str:
+    """How far the checkpoint at ``path`` has come and how long the rest may take where it last ran: "rounds 1–N of
+    (at most, if it stops at a target) R done, S s a round (the median of its last stretch), ≈ H h to go", or
+    "unreadable (ERROR)". Memory-mapped: its tensors (1.4 GB for Zheng's 100 MNIST clients) are not read."""
+    try:
+        saved = torch.load(path, mmap=True, weights_only=False, map_location="cpu")
+        rows, stretches = saved["rows"], saved.get("segments") or [{"first_round": 1}]
+    except Exception as exc:                   # a resume would fail on it too: say so rather than hide it
+        return f"unreadable ({type(exc).__name__})"
+    if not rows:
+        return "no round done yet"
+    last = [row["seconds"] for row in rows if row["round"] >= stretches[-1]["first_round"]] or \
+        [row["seconds"] for row in rows]
+    pace, done, total = statistics.median(last), rows[-1]["round"], getattr(config, "rounds", None)
+    if total is None:
+        return f"rounds 1–{done} done, {pace:.0f} s a round (the median of its last stretch)"
+    bound = "at most " if getattr(config, "stop_at", None) is not None else ""
+    return (f"rounds 1–{done} of {bound}{total} done, {pace:.0f} s a round (the median of its last stretch), "
+            f"≈ {max(total - done, 0) * pace / 3600:.1f} h to go{' at most' if bound else ''}")
