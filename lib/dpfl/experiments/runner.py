@@ -9,8 +9,8 @@ checkpoint). ``--bundle``: the cache entries this call computed, in one archive 
 the cache). ``--only S``: the runs whose name contains S. ``--checkpoints DIR``: where a run that
 stops unfinished keeps its checkpoint, to resume from there on the next call. ``<cache>/progress.json`` says what is done,
 what is missing and what stopped the call. ``--list``: print what is cached and what is missing (with the
-checkpoint a missing run would resume from, its rounds done and the time left at its last pace), compute nothing. Exit status 0 when every run is cached, 3 when
-some are left.
+checkpoint a missing run would resume from, its rounds done and the time left at its last pace), compute
+nothing. Exit status 0 when every run is cached, 3 when some are left.
 On a CPU the process keeps the memory it frees for reuse (``dpfl.allocator``: rounds 1.15–1.3× faster).
 """
 from __future__ import annotations
