@@ -90,7 +90,10 @@ def shared_accuracy(model: Model, params: dict, x, y, index, mask, *, used=None,
     :data:`GPU_SHARED_CHUNK` on a GPU and :data:`CPU_SHARED_CHUNK` on a CPU, where whole chunks are spread over one
     thread a core (``dpfl.federated.threads``): a global evaluation in Zheng's cells on a 2-core CPU took 1.2–1.3 s by
     chunks of 2 000 on two intra-op threads for the CIFAR-10 CNN (≈ 6 300 images), 0.8–0.9 s so, and 3.4 → 2.8–3.0 s
-    for MnistCNN (≈ 8 650 images), bit for bit the same (``tests/test_engine.py``; ``make bench``, row (k))."""
+    for MnistCNN (≈ 8 650 images). For a given chunk the numbers are the same bit for bit whatever the core count;
+    across chunks they are equal up to round-off (which may flip a near-tie's prediction), bit for bit where the CPU's
+    kernels do not depend on the batch size (an AVX-512 Xeon's did below 16 images; ``tests/test_engine.py``; ``make bench``,
+    row (k))."""
     used = used_images(index, mask) if used is None else used
     if chunk is None:
         chunk = GPU_SHARED_CHUNK if x.is_cuda else CPU_SHARED_CHUNK
