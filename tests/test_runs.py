@@ -4,7 +4,6 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
 import torch
 
 from dpfl import runs
