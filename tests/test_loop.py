@@ -87,6 +87,8 @@ def test_the_deadline_saves_and_stops_and_the_run_resumes(name, tmp_path):
     _run(name, rounds=2, every=1, checkpoint=ckpt)                         # two rounds ran, then …
     with pytest.raises(loop.Interrupted, match=r"before round 3 of 5.*holds rounds 1–2"):
         _run(name, every=1, checkpoint=ckpt, deadline=time.time() - 1)   # … no time for a third
+    saved = torch.load(ckpt, weights_only=False)                           # what `--list` reports of it
+    assert saved["progress_metric"] and all(saved["progress_metric"] in row for row in saved["rows"])
     resumed = _run(name, every=1, checkpoint=ckpt, deadline=time.time() + 3600)
     _same(_run(name), resumed)
 

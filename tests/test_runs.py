@@ -1,5 +1,6 @@
 """dpfl.runs: hashing, caching, atomic writes, resume, FORCE, provenance; the budgeted runner's order."""
 import dataclasses
+import math
 import re
 from concurrent.futures import ThreadPoolExecutor
 
@@ -389,23 +390,29 @@ class Long(runner.TrainingRun):
         return {}
 
 
-@pytest.mark.parametrize("stop_at, rest", [(None, "of 419 done, 44 s a round (the median of its last stretch), ≈ 4.9 h to go"),
+@pytest.mark.parametrize("stop_at, rest", [(None, "of 419 done, 44 s a round (the median of its last stretch), ≈ 4.9 h to go; "
+                                                  "acc 0.4496 at round 19"),
                                            (0.52, "of at most 419 done, 44 s a round (the median of its last stretch), "
-                                                  "≈ 4.9 h to go at most")])
+                                                  "≈ 4.9 h to go at most; acc 0.4496 at round 19 (stops at ≥ 0.52)")])
 def test_the_runners_list_says_how_far_each_checkpoint_has_come(tmp_path, capsys, stop_at, rest):
     """``--list`` reads a checkpoint's rounds (memory-mapped, its tensors left unread) and tells how long the rest takes at
     its last stretch's median pace: 20 of 419 rounds, a resumed stretch of 44 s rounds after 15 s ones (another
-    machine) → 399 × 44 s ≈ 4.9 h, not 399 × 15 s."""
+    machine) → 399 × 44 s ≈ 4.9 h, not 399 × 15 s; then the algorithm's progress metric at the last round that
+    evaluated it (round 20 did not: NaN) and the target it stops at."""
     config = Long(rounds=419, stop_at=stop_at, checkpoint_dir=str(tmp_path / "ckpt"))
-    rows = [{"round": k, "seconds": 15.0 if k <= 10 else 44.0} for k in range(1, 21)]
+    rows = [{"round": k, "seconds": 15.0 if k <= 10 else 44.0, "acc": 0.02 * k + 0.0696} for k in range(1, 21)]
     rows[10]["seconds"] = 300.0                                  # a slow round (the resumed stretch's first) moves no median
+    rows[19]["acc"] = math.nan
     config.checkpoint_path().parent.mkdir()
     checkpoint.save(config.checkpoint_path(), "key", {"rows": rows, "algorithm": {"big": torch.zeros(10)},
-                                                      "segments": [{"first_round": 1}, {"first_round": 11}]})
+                                                      "segments": [{"first_round": 1}, {"first_round": 11}],
+                                                      "progress_metric": "acc"})
     args = ["--profile", "p", "--cache", str(tmp_path / "cache"), "--checkpoints", str(tmp_path / "ckpt"), "--list"]
     assert runner.main("t", lambda profile, checkpoint_dir, **_: [dataclasses.replace(config, checkpoint_dir=checkpoint_dir)],
                        lambda r: "long", ["p"], str(tmp_path / "cache"), args) == 3
     assert capsys.readouterr().out.splitlines()[-1].endswith(f"; rounds 1–20 {rest})")
+    checkpoint.save(config.checkpoint_path(), "key", {"rows": rows, "algorithm": {}, "segments": [{"first_round": 1}]})
+    assert runner._progress(config.checkpoint_path(), config).endswith("to go" + " at most" * (stop_at is not None))
     checkpoint.save(config.checkpoint_path(), "key", {"rows": [], "algorithm": {}, "segments": [{"first_round": 1}]})
     assert runner._progress(config.checkpoint_path(), config) == "no round done yet"
 

@@ -9,8 +9,8 @@ checkpoint). ``--bundle``: the cache entries this call computed, in one archive 
 the cache). ``--only S``: the runs whose name contains S. ``--checkpoints DIR``: where a run that
 stops unfinished keeps its checkpoint, to resume from there on the next call. ``<cache>/progress.json`` says what is done,
 what is missing and what stopped the call. ``--list``: print what is cached and what is missing (with the
-checkpoint a missing run would resume from, its rounds done and the time left at its last pace), compute
-nothing. Exit status 0 when every run is cached, 3 when some are left.
+checkpoint a missing run would resume from, its rounds done, the time left at its last pace and its progress metric
+against the target that stops it), compute nothing. Exit status 0 when every run is cached, 3 when some are left.
 On a CPU the process keeps the memory it frees for reuse (``dpfl.allocator``: rounds 1.15–1.3× faster).
 """
 from __future__ import annotations
@@ -209,8 +209,10 @@ def _checkpoint_note(config) -> str:
 
 def _progress(path, config) -> str:
     """How far the checkpoint at ``path`` has come and how long the rest may take where it last ran: "rounds 1–N of
-    (at most, if it stops at a target) R done, S s a round (the median of its last stretch), ≈ H h to go", or
-    "unreadable (ERROR)". Memory-mapped: its tensors (1.4 GB for Zheng's 100 MNIST clients) are not read."""
+    (at most, if it stops at a target) R done, S s a round (the median of its last stretch), ≈ H h to go; METRIC V at
+    round M (stops at ≥ TARGET)", or "unreadable (ERROR)". METRIC is the algorithm's progress metric (the one a
+    target stops the run on: Zheng's stored accuracy), its last value; a checkpoint written before it was saved
+    (2026-12-02) gives none. Memory-mapped: its tensors (1.4 GB for Zheng's 100 MNIST clients) are not read."""
     try:
         saved = torch.load(path, mmap=True, weights_only=False, map_location="cpu")
         rows, stretches = saved["rows"], saved.get("segments") or [{"first_round": 1}]
@@ -221,8 +223,21 @@ def _progress(path, config) -> str:
     last = [row["seconds"] for row in rows if row["round"] >= stretches[-1]["first_round"]] or \
         [row["seconds"] for row in rows]
     pace, done, total = statistics.median(last), rows[-1]["round"], getattr(config, "rounds", None)
+    target = getattr(config, "stop_at", None)
     if total is None:
-        return f"rounds 1–{done} done, {pace:.0f} s a round (the median of its last stretch)"
-    bound = "at most " if getattr(config, "stop_at", None) is not None else ""
-    return (f"rounds 1–{done} of {bound}{total} done, {pace:.0f} s a round (the median of its last stretch), "
-            f"≈ {max(total - done, 0) * pace / 3600:.1f} h to go{' at most' if bound else ''}")
+        text = f"rounds 1–{done} done, {pace:.0f} s a round (the median of its last stretch)"
+    else:
+        bound = " at most" if target is not None else ""
+        text = (f"rounds 1–{done} of{bound} {total} done, {pace:.0f} s a round (the median of its last stretch), "
+                f"≈ {max(total - done, 0) * pace / 3600:.1f} h to go{bound}")
+    return text + _metric_note(rows, saved.get("progress_metric"), target)
+
+
+def _metric_note(rows, metric, target) -> str:
+    """``"; METRIC V at round M"`` (the last round that evaluated it), with ``" (stops at ≥ TARGET)"`` for a run
+    with a target, or ``""`` when no row has the metric."""
+    seen = [row for row in rows if metric and isinstance(row.get(metric), float) and math.isfinite(row[metric])]
+    if not seen:
+        return ""
+    stop = f" (stops at ≥ {target:.4g})" if target is not None else ""
+    return f"; {metric} {seen[-1][metric]:.4g} at round {seen[-1]['round']}{stop}"

@@ -234,7 +234,8 @@ def run(algorithm: Algorithm, fd: FederatedDataset, *, checkpoint: Path | None =
 
     def save():
         checkpoints.save(checkpoint, key, {"rows": rows, "algorithm": algorithm.state_dict(), "segments": segments,
-                                           "accountants": {p.name: p.accountant.state_dict() for p in privacy}})
+                                           "accountants": {p.name: p.accountant.state_dict() for p in privacy},
+                                           "progress_metric": algorithm.progress_metric})
 
     from tqdm.auto import tqdm
 
