@@ -109,6 +109,31 @@ def test_a_resumed_run_lists_the_stretches_it_took(tmp_path):
     assert [(s["first_round"], s["git_commit"]) for s in again][0] == (1, "unknown") and again[1]["first_round"] == 6
 
 
+def test_a_checkpoint_that_went_past_where_the_run_ends_is_refused(tmp_path):
+    """The configuration's key leaves out how long a run goes (``checkpoint.EXTENSIBLE``) so that a run can be extended,
+    but a state cannot be rewound: a 5-round checkpoint given to a 3-round run was returned as its 5 rows, and one that
+    went on past the round where a lowered ``delta_budget`` stops the run as rounds it never had. Both are refused, and
+    extending a checkpoint that stopped short of the rule still gives the fresh run's rows."""
+    ckpt = tmp_path / "run.pt"
+    five = _run("client_dp", rounds=5, every=1, checkpoint=ckpt)
+    with pytest.raises(ValueError, match=r"holds rounds 1–5, past this run's 3 rounds"):
+        _run("client_dp", rounds=3, every=1, checkpoint=ckpt)
+    budget = float(five["delta"].iloc[2]) * 0.99                             # round 3 crosses it
+    cls, make = ALGORITHMS["client_dp"]
+
+    def budgeted(rounds, checkpoint=None):
+        kwargs = make(rounds, 1)
+        algorithm = cls(GEYER_MLP, cfg=dataclasses.replace(kwargs["cfg"], delta_budget=budget))
+        return loop.run(algorithm, _data(), progress=False, device=DEVICE, checkpoint=checkpoint)
+
+    with pytest.raises(ValueError, match=r"holds rounds 1–5, but this run stops at round 3"):
+        budgeted(5, ckpt)
+    short = tmp_path / "short.pt"
+    _run("client_dp", rounds=2, every=1, checkpoint=short)
+    assert list(budgeted(5, short)["round"]) == [1, 2, 3]
+    _same(budgeted(5), budgeted(5, short))                                  # resumed at its stop: the same rows
+
+
 @pytest.mark.parametrize("name", ["prifedsync", "client_dp", "geyer"])
 def test_a_run_without_noise_reads_no_guarantee(name):
     """Without noise every privacy column says so (μ = ∞, δ = 1), through the same accountant path as a

@@ -204,7 +204,8 @@ def run(algorithm: Algorithm, fd: FederatedDataset, *, checkpoint: Path | None =
     ``checkpoint``: a path; state is saved there every ``cfg.checkpoint_every`` rounds and/or every
     ``checkpoint_seconds`` of wall time (the round that stops the run is always saved), and a run
     finding a checkpoint resumes from it — one written by another configuration (its
-    ``checkpoint.run_key`` differs) is refused. ``deadline``, ``whole``: see the module docstring
+    ``checkpoint.run_key`` differs) is refused, as is one that went past where this run ends (a longer run's, or
+    one on after a round where this run's stopping rule ends it). ``deadline``, ``whole``: see the module docstring
     (``whole`` assumes every round up to ``cfg.rounds`` runs: a run that would stop early at its
     target may be given up although it would have finished).
     """
@@ -226,6 +227,7 @@ def run(algorithm: Algorithm, fd: FederatedDataset, *, checkpoint: Path | None =
         segments = saved.get("segments") or [{"first_round": 1, "git_commit": "unknown", "started": None}]
         for p in privacy:
             p.accountant.load_state_dict(saved["accountants"][p.name])
+        _check_prefix(checkpoint, rows, rounds, algorithm)
         if rows and algorithm.stop(rows[-1]):
             return _table(rows, segments)
     first = len(rows) + 1
@@ -287,6 +289,19 @@ def run(algorithm: Algorithm, fd: FederatedDataset, *, checkpoint: Path | None =
     finally:
         bar.close()
     return _table(rows, segments)
+
+
+def _check_prefix(checkpoint, rows: list, rounds: int, algorithm: Algorithm) -> None:
+    """Refuse a checkpoint (of this configuration: ``checkpoint.run_key``) that went past where this run ends — more
+    rounds than ``rounds``, or on after a round that this run's stopping rule ends it at (``stop_at``, ``delta_budget``
+    lowered since): its state cannot be rewound, and resuming from it returned those extra rounds as this run's."""
+    if len(rows) > rounds:
+        raise ValueError(f"checkpoint {checkpoint} holds rounds 1–{len(rows)}, past this run's {rounds} rounds: "
+                         "delete it or use another path")
+    early = next((row["round"] for row in rows[:-1] if algorithm.stop(row)), None)
+    if early is not None:
+        raise ValueError(f"checkpoint {checkpoint} holds rounds 1–{len(rows)}, but this run stops at round {early} "
+                         "(its stopping rule, e.g. stop_at or delta_budget, ends it sooner): delete it or use another path")
 
 
 def _table(rows: list, segments: list) -> pd.DataFrame:
