@@ -95,6 +95,45 @@ CASES = {
     "checks.in_range 'foo'": ("x", lambda: checks.positive("x", "foo")),
 }
 
+#: a paper's run config with bad input used to be accepted and fail only when its turn in a grid came (after hours of
+#: other runs), deep in the data or the loop (2026-12-02); ZhengRun(local_steps=0) silently trained the default K
+_ZHENG = dict(dataset="mnist", p=1.0, sigma=1.0, batch_size=16, rounds=3)
+_GEYER = dict(num_clients=100, m=10, sigma=1.0)
+_FEDHDP = dict(dataset="noniid_mnist", algorithm="FedHDP", lam_np=0.1, lam_p=0.1)
+RUNS = {
+    "ZhengRun device='tpu'": ("zheng", dict(device="tpu"), "device"),
+    "ZhengRun seed=-1": ("zheng", dict(seed=-1), "seed"),
+    "ZhengRun local_steps=0": ("zheng", dict(local_steps=0), "local_steps"),
+    "ZhengRun eval_every=0": ("zheng", dict(eval_every=0), "eval_every"),
+    "ZhengRun alpha=2": ("zheng", dict(alpha=2.0), "alpha"),
+    "ZhengRun stop_at=2": ("zheng", dict(stop_at=2.0), "stop_at"),
+    "ZhengRun 101 MNIST clients": ("zheng", dict(num_clients=101), "num_clients"),
+    "GeyerRun device='tpu'": ("geyer", dict(device="tpu"), "device"),
+    "GeyerRun seed=-1": ("geyer", dict(seed=-1), "seed"),
+    "GeyerRun stop_on='x'": ("geyer", dict(stop_on="x"), "stop_on"),
+    "GeyerRun accumulations=0": ("geyer", dict(accumulations=0), "accumulations"),
+    "GeyerRun batches=7": ("geyer", dict(batches=7), "batches"),
+    "FedHDPRun device='tpu'": ("fedhdp", dict(device="tpu"), "device"),
+    "FedHDPRun seed=-1": ("fedhdp", dict(seed=-1), "seed"),
+    "FedHDPRun data_seed=-1": ("fedhdp", dict(data_seed=-1), "data_seed"),
+    "FedHDPRun delta=2": ("fedhdp", dict(delta=2.0), "delta"),
+    "FedHDPRun data key": ("fedhdp", dict(data=(("nonsense", 3),)), "data's keys"),
+    "FedHDPRun data clients=0": ("fedhdp", dict(data=(("clients", 0),)), "clients"),
+}
+
+
+@pytest.mark.parametrize("case", list(RUNS))
+def test_a_run_config_with_bad_input_fails_when_built(case):
+    from dpfl.experiments.aldaghri_fedhdp_fl import FedHDPRun
+    from dpfl.experiments.geyer2017 import GeyerRun
+    from dpfl.experiments.zheng2021 import ZhengRun
+
+    paper, changes, name = RUNS[case]
+    cls, base = {"zheng": (ZhengRun, _ZHENG), "geyer": (GeyerRun, _GEYER), "fedhdp": (FedHDPRun, _FEDHDP)}[paper]
+    cls(**base)                                                             # the base itself is fine
+    with pytest.raises(ValueError, match=rf"^{name}\b"):
+        cls(**(base | changes))
+
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_input_is_a_clear_error_naming_the_parameter(case):

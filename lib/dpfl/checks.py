@@ -6,6 +6,7 @@ Every public function checks its inputs with these helpers so that bad input fai
 from __future__ import annotations
 
 import numbers
+import re
 from typing import Iterable
 
 import numpy as np
@@ -89,4 +90,16 @@ def one_of(name: str, value, choices: Iterable):
     choices = tuple(choices)
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+    return value
+
+
+_DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
+
+
+def device(name: str, value, *, auto: bool = False) -> str:
+    """Check that ``value`` names a device runs can go to: ``"cpu"``, ``"mps"``, ``"cuda"`` or ``"cuda:N"`` (and
+    ``"auto"`` where ``auto``: a choice made later, by ``dpfl.notebook.resolve_device``)."""
+    if not isinstance(value, str) or not (_DEVICE.match(value) or (auto and value == "auto")):
+        names = "'auto', " * auto + "'cpu', 'mps', 'cuda' or 'cuda:N'"
+        raise ValueError(f"{name} must be {names}; got {value!r}")
     return value

@@ -26,13 +26,11 @@ from dpfl.io import atomic_path, write_text
 __all__ = ["PROFILES", "Notebook", "setup", "resolve_device"]
 
 PROFILES = ("smoke", "quick", "paper")
-_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
 def resolve_device(device: str) -> str:
     """``"auto"`` → ``"cuda"`` when torch sees a GPU, else ``"cpu"``; other names are checked."""
-    if not isinstance(device, str) or not _DEVICE.match(device):
-        raise ValueError(f"device must be 'auto', 'cpu', 'mps', 'cuda' or 'cuda:N'; got {device!r}")
+    checks.device("device", device, auto=True)
     if device != "auto":
         return device
     try:

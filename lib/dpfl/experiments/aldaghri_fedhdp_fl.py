@@ -97,6 +97,10 @@ class Federation:
     source: str
 
 
+#: the sizes a run's ``data`` may set (:func:`federation`'s keywords)
+DATA_SIZES = ("clients", "samples", "validation", "test", "least")
+
+
 def federation(dataset: str, evaluation: str, *, data_seed: int = 0, data_dir=None, clients: int = 500,
                samples: int = 100, validation: int = 20, test: int = 50, least: int = 40) -> Federation:
     """The clients of ``dataset`` with their local evaluation sets: ``evaluation="validation"`` (each
@@ -202,6 +206,7 @@ class FedHDPRun(TrainingRun):
     sweep: tuple = dataclasses.field(default=(), metadata={"hash": False})
 
     def __post_init__(self):
+        super().__post_init__()
         checks.one_of("dataset", self.dataset, tuple(DATASETS))
         for pair in self.sweep:
             if len(pair) != 2:
@@ -218,7 +223,12 @@ class FedHDPRun(TrainingRun):
         if self.z is not None:
             checks.positive("z", self.z)
         checks.in_range("q", self.q, 0, 1, lo_open=True)
+        checks.in_range("delta", self.delta, 0, 1, lo_open=True, hi_open=True)
         checks.one_of("evaluation", self.evaluation, ("validation", "test"))
+        checks.nonnegative_int("data_seed", self.data_seed)
+        for key, value in self.data:           # federation()'s sizes
+            checks.one_of("data's keys", key, DATA_SIZES)
+            checks.positive_int(key, value)
 
     @property
     def label(self) -> str:

@@ -220,6 +220,7 @@ class GeyerRun(TrainingRun):
     seed: int = 0
 
     def __post_init__(self):
+        super().__post_init__()
         checks.positive_int("num_clients", self.num_clients)
         if self.num_clients % 100 or HELD_OUT % self.num_clients:
             raise ValueError(f"num_clients must be a multiple of the 100 clients of the shard split (repeated, as "
@@ -231,6 +232,10 @@ class GeyerRun(TrainingRun):
         checks.positive_int("batches", self.batches)
         checks.positive_int("epochs", self.epochs)
         checks.one_of("split", self.split, ("code", "paper"))
+        if self.images % self.batches:
+            raise ValueError(f"batches must divide the {self.images} images of a client; got {self.batches}")
+        checks.one_of("stop_on", self.stop_on, ("paper", "guarantee"))
+        checks.positive_int("accumulations", self.accumulations)
         if self.sigma is None:
             if self.rounds is None:
                 raise ValueError("rounds must be given for a non-private run (sigma=None): nothing stops it")
@@ -271,10 +276,13 @@ class GeyerRun(TrainingRun):
         sigma = "non-dp" if self.sigma is None else f"σ={self.sigma:g}"
         return f"K={self.num_clients} m={self.m_label} {sigma} b={self.batches} E={self.epochs}"
 
+    @property
+    def images(self) -> int:
+        """Training images per client: 600 in the paper's split, 500 in their code's."""
+        return 600 if self.split == "paper" else 500
+
     def config(self) -> GeyerConfig:
-        n = 600 if self.split == "paper" else 500
-        if n % self.batches:
-            raise ValueError(f"batches must divide the {n} images of a client; got {self.batches}")
+        n = self.images
         private = self.sigma is not None
         schedule = self.schedule
         return GeyerConfig(

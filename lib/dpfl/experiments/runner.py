@@ -29,7 +29,7 @@ from typing import Callable, ClassVar
 
 import torch
 
-from dpfl import runs
+from dpfl import checks, runs
 from dpfl.allocator import keep_freed_memory
 from dpfl.federated.loop import CannotFinish, Interrupted, run
 from dpfl.io import atomic_path
@@ -55,6 +55,13 @@ class TrainingRun:
     deadline: float | None = dataclasses.field(default=None, metadata={"hash": False})
     whole: bool = dataclasses.field(default=False, metadata={"hash": False})
     progress: bool = dataclasses.field(default=True, metadata={"hash": False})
+
+    def __post_init__(self):
+        """What every run checks before any work: its ``device`` (a name runs can go to, ``"auto"`` resolved)
+        and, where it has one, its ``seed``. A subclass checks the rest of its fields after calling this."""
+        checks.device("device", self.device)
+        if hasattr(self, "seed"):
+            checks.nonnegative_int("seed", self.seed)
 
     def checkpoint_path(self, companions=()) -> Path | None:
         """Where this run keeps its state while unfinished: ``<checkpoint_dir>/<Class>-<hash>.pt``, or None;

@@ -149,6 +149,7 @@ class ZhengRun(TrainingRun):
     per_sample: str = dataclasses.field(default="ghost", metadata={"hash": False, "provenance": True})
 
     def __post_init__(self):
+        super().__post_init__()
         checks.one_of("dataset", self.dataset, ("mnist", "cifar10"))
         checks.in_range("p", self.p, 0, 1, lo_open=True)
         if self.sigma is not None:
@@ -156,7 +157,13 @@ class ZhengRun(TrainingRun):
         checks.positive_int("batch_size", self.batch_size)
         checks.positive_int("rounds", self.rounds)
         checks.positive_int("num_clients", self.num_clients)
+        if self.local_steps is not None:                # 0 would read as "the default K"
+            checks.positive_int("local_steps", self.local_steps)
         checks.one_of("per_sample", self.per_sample, CONV_ROUTES)
+        if self.dataset == "mnist" and self.num_clients > 100:
+            raise ValueError(f"num_clients must be at most 100 for MNIST (400 label shards of 150, 4 a client); "
+                             f"got {self.num_clients}")
+        self.round_config()                     # local_steps, alpha, stop_at, eval_every: checked before any work
         if self.dataset == "cifar10" and self.data_source is None:
             object.__setattr__(self, "data_source", source_of("cifar10", self.data_dir))
 
