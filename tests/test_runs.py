@@ -417,6 +417,29 @@ def test_the_runners_list_says_how_far_each_checkpoint_has_come(tmp_path, capsys
     assert runner._progress(config.checkpoint_path(), config) == "no round done yet"
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Seeded(Cell):
+    seed: int = 0
+
+
+@pytest.mark.parametrize("option, message", [
+    (["--budget", "nan"], "--budget must be a positive number of seconds (or inf); got nan"),     # read as no budget
+    (["--budget", "-5"], "--budget must be a positive number of seconds (or inf); got -5.0"),    # read as none left
+    (["--device", "tpu"], "device must be 'auto', 'cpu', 'mps', 'cuda' or 'cuda:N'; got 'tpu'"),
+    (["--seed", "-1"], "seed must be a non-negative integer (>= 0); got -1"),                    # the runs' own check
+])
+def test_the_runners_bad_options_are_usage_errors_before_any_work(tmp_path, capsys, option, message):
+    """A bad option stops the runner with a usage error naming it (exit 2), not a traceback, a silent no-limit
+    budget (NaN) or runs that stop at once (a negative budget); nothing computed, no cache made."""
+    grid = lambda profile, **common: [Seeded(name="a", **common)]
+    cache = tmp_path / "cache"
+    CALLS.clear()
+    with pytest.raises(SystemExit) as stop:
+        runner.main("t", grid, lambda r: r.name, ["p"], str(cache), ["--profile", "p", "--cache", str(cache), *option])
+    assert stop.value.code == 2 and CALLS == [] and not cache.exists()
+    assert capsys.readouterr().err.strip().endswith(f"error: {message}")
+
+
 def test_an_only_that_names_no_run_is_an_error_before_any_work(tmp_path, capsys):
     """``--only`` matching nothing used to read as "0 run(s) missing", exit 0: a typo ("σ=1" for "σ=1.0", found in
     GPU_QUEUE.md on 2026-11-28) would have spent a GPU call on nothing. It is a usage error naming the option and

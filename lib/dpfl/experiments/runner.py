@@ -115,7 +115,12 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
     for name, (flags, kwargs) in (options or {}).items():
         parser.add_argument(*flags, dest=name, **kwargs)
     args = parser.parse_args(argv)
-    device = resolve_device(args.device)
+    if not args.budget > 0:                    # NaN read as no budget at all, a negative one as none left
+        parser.error(f"--budget must be a positive number of seconds (or inf); got {args.budget}")
+    try:
+        device = resolve_device(args.device)
+    except ValueError as exc:
+        parser.error(str(exc))
     if device == "cpu":                        # hours of training: reuse freed memory (dpfl.allocator)
         keep_freed_memory()
     cache = runs.Cache(args.cache)
@@ -137,9 +142,12 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
                 new.append(c)
         todo[at:at] = new
 
-    grid_runs = grid(args.profile, seed=args.seed, device=device, data_dir=args.data_dir,
-                     checkpoint_dir=args.checkpoints or str(Path(args.cache) / "checkpoints"), deadline=deadline,
-                     whole=args.whole_runs, **{name: getattr(args, name) for name in options or {}})
+    try:                                       # the runs check their settings (--seed, a grid's options) when built
+        grid_runs = grid(args.profile, seed=args.seed, device=device, data_dir=args.data_dir,
+                         checkpoint_dir=args.checkpoints or str(Path(args.cache) / "checkpoints"), deadline=deadline,
+                         whole=args.whole_runs, **{name: getattr(args, name) for name in options or {}})
+    except ValueError as exc:
+        parser.error(str(exc))
     chosen = [config for config in grid_runs if args.only in describe(config)]
     if not chosen:             # a typo must not pass for "nothing left to do" (2026-11-28: "σ=1" for "σ=1.0")
         parser.error(f"--only {args.only!r} names no run of profile {args.profile!r}; its runs are named like "
