@@ -190,6 +190,10 @@ def test_cli_rejects_unknown_papers_and_profiles():
                                     capture_output=True, text=True)
     assert run("nope").returncode == 2
     assert "invalid choice" in run("--profile", "full").stderr
+    for option, message in ((("--device", "tpu"), "--device must be 'auto', 'cpu', 'mps', 'cuda' or 'cuda:N'"),
+                            (("--seed", "-1"), "--seed must be a non-negative integer")):   # before any notebook starts
+        bad = run("asoodeh2020", "--figures-dir", "/nonexistent/figures", *option)
+        assert bad.returncode == 2 and message in bad.stderr
 
 
 def test_make_help_lists_every_target():

@@ -195,6 +195,11 @@ def main(argv=None) -> int:
                              "machine belongs to; 'ray://host:10001'; 'local': start one here), one task per run, "
                              "into the same cache (needs pip install 'dpfl[cluster]'; README, 'On a Ray cluster')")
     args = parser.parse_args(argv)
+    try:                                             # else every notebook would start, only to fail on it
+        checks.device("--device", args.device, auto=True)
+        checks.nonnegative_int("--seed", args.seed)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.results_only:
         os.environ["RESULTS_ONLY"] = "1"             # the notebooks' kernels inherit it
     if args.ray:
