@@ -35,6 +35,13 @@ def test_rounds_table_reads_R_and_the_twin_at_R_next_to_the_paper():
     assert [r["quantity"] for r in rows3] == [f"Table 3 {q} (JPEG copy), p=1 σ=0.5" for q in
                                               ("R at 52 %", "μ_max at our R", "top-1 at R (%)", "non-private top-1 at R (%)")]
     assert rows3[1]["ours"] == pytest.approx(float(gdp.clt_mu(0.5, 16, 500, 32 * 3))) and rows3[1]["reference"] == 26.81
+    # at the paper's setting every published cell has its row: the five not computed here beside empty ones of ours
+    table3 = zt.rounds_table(runs3, published(), "3", 0.52, devices={(1.0, 0.5): "cpu"}, pending=True)
+    assert len(table3) == 6 and list(table3.columns) == list(zt.rounds_table(runs3, published(), "3", 0.52, devices={}).columns)
+    assert table3["R paper (to 52%)"].tolist() == [468, 321, 207, 904, 671, 405]              # the paper's order
+    assert table3["R ours (to 52%)"].iloc[2] == 3 and table3["R ours (to 52%)"].drop(index=2).isna().all()
+    assert table3["computed on"].tolist() == ["pending"] * 2 + ["cpu"] + ["pending"] * 3
+    assert list(zt.rounds_table({}, published(), "3", 0.52, pending=True).columns) == list(table3.columns)[:-1]
 
 
 def test_batch_size_ratios_use_each_runs_steps():

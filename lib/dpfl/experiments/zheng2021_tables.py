@@ -55,12 +55,14 @@ def _twin(runs: dict, twins: dict | None, p: float, s: float) -> pd.DataFrame | 
 
 
 def rounds_table(runs: dict, published: pd.DataFrame, table: str, target: float, data: str | None = None,
-                 twins: dict | None = None, devices: dict | None = None) -> pd.DataFrame:
+                 twins: dict | None = None, devices: dict | None = None, pending: bool = False) -> pd.DataFrame:
     """Table 1 or 2 (MNIST; Table 2's B = 8 cells) or Table 3 (CIFAR-10): per (p, σ), the first round R whose stored accuracy
     reaches ``target``, μ_max at R, the accuracy at R and the non-private twin's at the same R, each
     next to the paper's. ``runs``: {(p, σ): (ZhengRun, metrics)} with σ = None the twin of each p,
     unless ``twins`` gives each cell's: {(p, σ): metrics or None} (e.g. ``zheng2021.cached_cells``).
-    ``devices``: {(p, σ): what computed it} (``zheng2021.computed_on``), a last column."""
+    ``devices``: {(p, σ): what computed it} (``zheng2021.computed_on``), a last column. ``pending``: also a row
+    for each of the table's published cells not in ``runs``, the paper's numbers beside empty ones of ours and
+    "pending" (the paper's setting: a reader sees every cell of the paper's table, computed or not)."""
     goal, acc, nonprivate, mu, best = _TABLE[table]
     rows = []
     for (p, s), (config, metrics) in runs.items():
@@ -81,6 +83,17 @@ def rounds_table(runs: dict, published: pd.DataFrame, table: str, target: float,
                      f"{nonprivate} paper %": paper("nonprivate_acc"),
                      best: f"{100 * metrics.acc_stored_local.max():.1f} ({len(metrics)})",
                      **({"computed on": devices.get((p, s))} if devices is not None else {})})
+    if pending:
+        refs = list(published.query("table == @table").itertuples())
+        for ref in refs:
+            if (ref.p, ref.sigma) not in runs:
+                rows.append({**({"data": data} if data else {}), "p": ref.p, "σ": ref.sigma,
+                             f"R ours (to {target:.0%})": None, f"R paper (to {goal:.0%})": int(ref.R), mu: None,
+                             "μ_max paper (GDP CLT)": ref.mu, f"{acc} ours %": None, f"{acc} paper %": ref.acc,
+                             f"{nonprivate} ours %": None, f"{nonprivate} paper %": ref.nonprivate_acc, best: "pending",
+                             **({"computed on": "pending"} if devices is not None else {})})
+        order = [(ref.p, ref.sigma) for ref in refs]               # the paper's order of its cells
+        rows.sort(key=lambda row: order.index((row["p"], row["σ"])) if (row["p"], row["σ"]) in order else len(order))
     return pd.DataFrame(rows)
 
 
