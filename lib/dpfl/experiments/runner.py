@@ -20,6 +20,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import numbers
 import os
 import statistics
 import tarfile
@@ -251,7 +252,7 @@ def _progress(path, config) -> str:
 def _metric_note(rows, metric, target) -> str:
     """``"; METRIC V at round M"`` (the last round that evaluated it), with ``" (stops at ≥ TARGET)"`` for a run
     with a target, or ``""`` when no row has the metric."""
-    seen = [row for row in rows if metric and isinstance(row.get(metric), float) and math.isfinite(row[metric])]
+    seen = [row for row in rows if metric and isinstance(row.get(metric), numbers.Real) and math.isfinite(row[metric])]
     if not seen:
         return ""
     stop = f" (stops at ≥ {target:.4g})" if target is not None else ""
