@@ -9,6 +9,8 @@
 # session of its own and sets that session's autogroup to nice 19 from inside it. Setting it from outside
 # (`setsid … & echo 19 > /proc/$!/autogroup`) races setsid(): on 2026-11-27 the echo landed first and
 # lowered the calling shell's session instead, so the tests ran at nice 19 beside a cell at nice 0.
+# To stop it early (e.g. to restart it with a later deadline): `pkill -TERM -f "dpfl.experiments.zheng2021 --profile cells"`;
+# since 2026-12-02 the run finishes the round in progress, saves its checkpoint and exits 3 (wait for it to exit).
 set -euo pipefail
 only=${1:?usage: cpu_background.sh ONLY SECONDS [LOG]}
 budget=${2:?usage: cpu_background.sh ONLY SECONDS [LOG]}

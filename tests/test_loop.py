@@ -93,6 +93,34 @@ def test_the_deadline_saves_and_stops_and_the_run_resumes(name, tmp_path):
     _same(_run(name), resumed)
 
 
+@pytest.mark.parametrize("at", [2, 5])
+def test_sigterm_stops_the_run_after_the_round_in_progress_and_it_resumes(at, tmp_path, monkeypatch):
+    """``kill PID`` (SIGTERM) mid-round: the round finishes, a checkpoint holds every round so far (the run saves
+    no other: checkpoint_every 0, no seconds) and the loop raises Stopped; resumed, the run is the uninterrupted one,
+    bit for bit. At the last round too (the next call then finds every round done). Afterwards SIGTERM's handler is
+    the one before the run."""
+    import os
+    import signal
+
+    full = _run("prifedsync")
+    cls = ALGORITHMS["prifedsync"][0]
+    original, before = cls.round, signal.getsignal(signal.SIGTERM)
+
+    def terminated_in_round(self, r):
+        if r.t == at:
+            os.kill(os.getpid(), signal.SIGTERM)                       # arrives while the round runs
+        return original(self, r)
+
+    ckpt = tmp_path / "run.pt"
+    monkeypatch.setattr(cls, "round", terminated_in_round)
+    with pytest.raises(loop.Stopped, match=rf"stopped after round {at} of 5 by SIGTERM; checkpoint .* holds rounds 1–{at}"):
+        _run("prifedsync", checkpoint=ckpt)
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert len(torch.load(ckpt, weights_only=False)["rows"]) == at
+    monkeypatch.setattr(cls, "round", original)
+    _same(full, _run("prifedsync", checkpoint=ckpt))
+
+
 def test_a_resumed_run_lists_the_stretches_it_took(tmp_path):
     ckpt = tmp_path / "run.pt"
     assert [s["first_round"] for s in _run("client_dp", rounds=2, every=1, checkpoint=ckpt).attrs["segments"]] == [1]

@@ -122,6 +122,34 @@ def test_the_budgeted_runner_stops_at_its_deadline(data_root, tmp_path, capsys):
     assert progress["status"].startswith("budget of 0 s reached")
 
 
+def test_the_runner_stopped_by_sigterm_keeps_its_rounds_and_says_so(data_root, tmp_path, capsys, monkeypatch):
+    """``kill PID`` of a background run: the round in progress finishes, its checkpoint holds rounds 1–1, the call
+    exits 3 with "stopped after round 1" in progress.json (not "budget reached"), and the next call finishes the run
+    from round 2, caching it."""
+    import os
+    import signal
+
+    from dpfl.experiments import zheng2021
+    from dpfl.federated.engine import PriFedSync
+
+    original = PriFedSync.round
+
+    def terminated(self, r):
+        if r.t == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(self, r)
+
+    args = ["--profile", "smoke", "--device", DEVICE, "--data-dir", str(data_root), "--cache", str(tmp_path),
+            "--only", "mnist p=1 σ=1.0 B=16"]
+    monkeypatch.setattr(PriFedSync, "round", terminated)
+    assert zheng2021.main(args) == 3
+    progress = json.loads((tmp_path / "progress.json").read_text())
+    assert progress["status"].startswith("stopped after round 1 of 2 by SIGTERM; checkpoint ") and not list(tmp_path.glob("*.pkl"))
+    monkeypatch.setattr(PriFedSync, "round", original)
+    assert zheng2021.main(args) == 0 and len(list(tmp_path.glob("*.pkl"))) == 1
+    assert "(rounds 2–)" in capsys.readouterr().out                      # resumed, not recomputed
+
+
 def test_the_budgeted_runner_bundles_what_it_computed(data_root, tmp_path):
     """``--bundle``: the new cache entries in one archive, which fills another cache."""
     from dpfl.experiments import zheng2021

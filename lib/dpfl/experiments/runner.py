@@ -32,7 +32,7 @@ import torch
 
 from dpfl import checks, runs
 from dpfl.allocator import keep_freed_memory
-from dpfl.federated.loop import CannotFinish, Interrupted, run
+from dpfl.federated.loop import CannotFinish, Interrupted, Stopped, run
 from dpfl.io import atomic_path
 
 __all__ = ["TrainingRun", "main"]
@@ -116,8 +116,8 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
     for name, (flags, kwargs) in (options or {}).items():
         parser.add_argument(*flags, dest=name, **kwargs)
     args = parser.parse_args(argv)
-    if not args.budget > 0:                    # NaN read as no budget at all, a negative one as none left
-        parser.error(f"--budget must be a positive number of seconds (or inf); got {args.budget}")
+    if math.isnan(args.budget):                # it read as no budget at all (≤ 0: none left, nothing starts)
+        parser.error(f"--budget must be a number of seconds (inf: no limit); got {args.budget}")
     try:
         device = resolve_device(args.device)
     except ValueError as exc:
@@ -174,7 +174,7 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
             print(f"[{k}/{len(todo)}] skipped {name(config)}: {stop}", flush=True)
             continue
         except Interrupted as stop:
-            status = f"budget of {args.budget:.0f} s reached: {stop}"
+            status = str(stop) if isinstance(stop, Stopped) else f"budget of {args.budget:.0f} s reached: {stop}"
             print(f"{status}; {len(todo) - k + 1} run(s) left", flush=True)
             break
         mates = _computed_with(config, result)  # computed in the same training (dpfl.runs): done now, bundled with it

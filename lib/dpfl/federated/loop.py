@@ -28,7 +28,10 @@ what one round does; everything else lives here, once (the shape of apple/pfl-re
   always holds an evaluated round, and that a one-off slow round (other work on a shared CPU) leaves; with
   ``whole=True`` it stops (:class:`CannotFinish`) as soon as the rounds left, at the longest round's pace,
   would end after it — for a machine whose disk goes away at the deadline, where a partial run is lost with
-  its checkpoint.
+  its checkpoint;
+* a stop request — SIGTERM (``kill PID``) while the loop runs in a process's main thread: the round in progress
+  finishes, the loop saves a checkpoint and raises :class:`Interrupted`, so a run stopped by hand (or by a machine
+  that asks before it kills) resumes with nothing lost but that round's wall time.
 
 An algorithm subclasses :class:`Algorithm` and overrides what differs.
 """
@@ -37,6 +40,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -56,7 +61,7 @@ from dpfl.federated.sampling import FixedClients, PoissonClients, round_rng
 from dpfl.federated.schedule import LearningRate
 from dpfl.provenance import git_commit
 
-__all__ = ["LoopConfig", "Round", "Privacy", "Algorithm", "Interrupted", "CannotFinish", "run"]
+__all__ = ["LoopConfig", "Round", "Privacy", "Algorithm", "Interrupted", "Stopped", "CannotFinish", "run"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -191,6 +196,10 @@ class Interrupted(BaseException):
     instead of going on to its next run."""
 
 
+class Stopped(Interrupted):
+    """The run stopped at a stop request (SIGTERM) after the round in progress; a checkpoint holds every round."""
+
+
 class CannotFinish(Interrupted):
     """The run stopped early: at the pace of its rounds so far, the rounds left would end after the
     deadline (``run(..., whole=True)``)."""
@@ -244,6 +253,7 @@ def run(algorithm: Algorithm, fd: FederatedDataset, *, checkpoint: Path | None =
     bar = tqdm(total=rounds, initial=first - 1, disable=not progress, desc="rounds", leave=False)
     last_save, longest = time.time(), 0.0
     recent = collections.deque(maxlen=max(3, cfg.eval_every))     # the deadline's pace (module docstring)
+    request = _StopRequest()                                    # SIGTERM: stop after this round (module docstring)
     try:
         for t in range(first, rounds + 1):
             pace = max(recent, default=0.0)
@@ -278,6 +288,11 @@ def run(algorithm: Algorithm, fd: FederatedDataset, *, checkpoint: Path | None =
             if checkpoint is not None and (due or stop):
                 save()
                 last_save = time.time()
+            if request.made:
+                if checkpoint is not None and not (due or stop):
+                    save()
+                raise Stopped(f"stopped after round {t} of {rounds} by SIGTERM; "
+                                  + (f"checkpoint {checkpoint} holds rounds 1–{t}" if checkpoint is not None else "no checkpoint"))
             if stop:
                 break
             left = rounds - t
@@ -288,7 +303,28 @@ def run(algorithm: Algorithm, fd: FederatedDataset, *, checkpoint: Path | None =
                                    f"would end after the deadline")
     finally:
         bar.close()
+        request.withdraw()
     return _table(rows, segments)
+
+
+class _StopRequest:
+    """SIGTERM's handler while a loop runs: it records the request (``made``) for the loop to stop at the end of the
+    round in progress, instead of the process dying mid-round with up to ``checkpoint_seconds`` of rounds unsaved.
+    Python runs signal handlers in the main thread only, so elsewhere (a worker thread) it installs nothing;
+    :meth:`withdraw` puts the previous handler back."""
+
+    def __init__(self):
+        self.made, self._installed, self._previous = False, False, None
+        if threading.current_thread() is threading.main_thread():
+            self._previous, self._installed = signal.signal(signal.SIGTERM, self._make), True
+
+    def _make(self, signum, frame):
+        self.made = True
+
+    def withdraw(self):
+        if self._installed:            # None: a handler not set from Python; the default is the closest to it
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if self._previous is None else self._previous)
+            self._installed = False
 
 
 def _check_prefix(checkpoint, rows: list, rounds: int, algorithm: Algorithm) -> None:
