@@ -20,7 +20,7 @@ RAY         := $(if $(RAY_ADDRESS),--ray $(RAY_ADDRESS),)
 # pip prints one warning per package for the machine's offline mirrors; keep the log readable.
 PIP_FILTER  := grep -v "is ignored: it is neither a file nor a directory" || true
 
-.PHONY: help venv reproduce quick test bench lab book chromium clean distclean $(PAPERS)
+.PHONY: help venv reproduce quick test bench status lab book chromium clean distclean $(PAPERS)
 
 help: ## list the targets
 	@echo "dpfl — make targets (variables: PROFILE=smoke|quick|paper, DEVICE=auto|cpu|cuda, SEED, DPFL_DATA, FORCE=1, RESULTS_ONLY=1, RAY_ADDRESS)"
@@ -61,6 +61,12 @@ bench: $(STAMP) ## speed and memory benchmarks (ratios against a baseline in the
 	$(PY) benchmarks/engine.py
 	$(PY) benchmarks/run_peers.py
 	$(PY) benchmarks/cluster.py
+
+status: $(STAMP) ## which paper-scale runs are cached and which are missing (a checkpoint's rounds, hours left, accuracy); computes nothing
+	@for grid in "zheng2021 --profile cells" "zheng2021 --profile paper" "geyer2017 --profile paper" \
+	             "aldaghri_fedhdp_fl --profile paper"; do \
+	  echo "== python -m dpfl.experiments.$$grid --list"; \
+	  $(PY) -m dpfl.experiments.$$grid --list | grep -v "^cached " || true; done
 
 book: $(STAMP) chromium ## the book of the executed notebooks in figures/ → build/book/_build/html; links checked; screenshots → figures/book-screenshots/
 	$(PY) -m dpfl.book --check

@@ -198,7 +198,7 @@ def test_cli_rejects_unknown_papers_and_profiles():
 
 def test_make_help_lists_every_target():
     out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    for target in ["reproduce", "quick", "test", "bench", "lab", "book", "chromium", "clean", *reproduce.NOTEBOOKS]:
+    for target in ["reproduce", "quick", "test", "bench", "status", "lab", "book", "chromium", "clean", *reproduce.NOTEBOOKS]:
         assert f"  {target} " in out
 
 
