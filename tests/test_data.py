@@ -273,6 +273,18 @@ def test_partition_bad_input(call, match):
         call(np.repeat(np.arange(10), 600))
 
 
+def test_check_shards_before_any_data():
+    """The check a run's config makes before loading data is label_shards' own: Zheng's MNIST split (60 000
+    images in shards of 150, 4 a client) holds exactly 100 clients, and the error says so."""
+    partition.check_shards(100, 4, 150, 60_000)
+    with pytest.raises(ValueError, match=r"num_clients at most 100\); got num_clients = 101"):
+        partition.check_shards(101, 4, 150, 60_000)
+    with pytest.raises(ValueError, match="^shards_per_client"):
+        partition.check_shards(10, 0, 150, 60_000)
+    with pytest.raises(ValueError, match="does not divide"):
+        partition.check_shards(10, 4, 7, 60_000)
+
+
 # -- stacked batches ------------------------------------------------------------------------------
 
 def _toy_federated(sizes=(5, 8, 3)):

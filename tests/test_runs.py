@@ -290,6 +290,15 @@ class Resumed:
         return table
 
 
+def test_a_training_runs_placement_is_every_field_outside_its_hash_and_nothing_else():
+    """What a run calls for inherits its placement (``followups``): every unhashed field, never the seed."""
+    cell = Cell(name="a", device="cpu", data_dir="/d", checkpoint_dir="/c", whole=True, progress=False, seed=3)
+    assert cell.placement() == dict(device="cpu", data_dir="/d", checkpoint_dir="/c", deadline=None, whole=True,
+                                    progress=False)
+    moved = Cell(name="a", seed=3, **dict(cell.placement(), device="cpu", data_dir="/e"))
+    assert runs.config_hash(moved) == runs.config_hash(cell) != runs.config_hash(Cell(name="a", seed=4))
+
+
 def test_a_resumed_training_run_records_its_stretches_in_the_provenance(tmp_path):
     cache = runs.Cache(tmp_path)
     resumed = runs.run(Resumed(2), cache).provenance

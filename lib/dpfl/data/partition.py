@@ -15,7 +15,7 @@ import numpy as np
 
 from dpfl import checks
 
-__all__ = ["label_shards", "geyer_shards", "test_sets_like", "dirichlet", "dirichlet_like", "one_label", "skewed",
+__all__ = ["check_shards", "label_shards", "geyer_shards", "test_sets_like", "dirichlet", "dirichlet_like", "one_label", "skewed",
            "by_writer", "label_proportions"]
 
 
@@ -26,22 +26,30 @@ def _labels(labels) -> np.ndarray:
     return labels.astype(np.int64)
 
 
+def check_shards(num_clients: int, shards_per_client: int, shard_size: int, pool_size: int) -> None:
+    """Raise ValueError, naming the parameter, unless :func:`label_shards` can deal ``shards_per_client``
+    shards of ``shard_size`` to each of ``num_clients`` from ``pool_size`` samples cut into whole shards
+    (a run's config calls it before loading any data)."""
+    checks.positive_int("num_clients", num_clients)
+    checks.positive_int("shards_per_client", shards_per_client)
+    checks.positive_int("shard_size", shard_size)
+    if num_clients * shards_per_client * shard_size > pool_size:
+        raise ValueError(f"num_clients·shards_per_client·shard_size = {num_clients * shards_per_client * shard_size} "
+                         f"exceeds the {pool_size} available samples (num_clients at most "
+                         f"{pool_size // (shards_per_client * shard_size)}); got num_clients = {num_clients}")
+    if pool_size % shard_size:
+        raise ValueError(f"shard_size {shard_size} does not divide the {pool_size} samples into whole shards")
+
+
 def label_shards(labels, num_clients: int, shards_per_client: int, shard_size: int,
                  rng: np.random.Generator, *, indices=None) -> list:
     """Sort by label, cut into shards of ``shard_size``, deal ``shards_per_client`` random shards
     to each of ``num_clients`` (McMahan et al. 2017, §3). ``indices`` restricts the pool (e.g.
     Geyer's first 50 000 images); ties are broken by index so the sort is deterministic."""
     labels = _labels(labels)
-    num_clients = checks.positive_int("num_clients", num_clients)
-    shards_per_client = checks.positive_int("shards_per_client", shards_per_client)
-    shard_size = checks.positive_int("shard_size", shard_size)
     pool = np.arange(labels.size) if indices is None else np.asarray(indices, dtype=np.int64)
+    check_shards(num_clients, shards_per_client, shard_size, pool.size)
     num_shards = num_clients * shards_per_client
-    if num_shards * shard_size > pool.size:
-        raise ValueError(f"num_clients·shards_per_client·shard_size = {num_shards * shard_size} exceeds "
-                         f"the {pool.size} available samples")
-    if pool.size % shard_size:
-        raise ValueError(f"shard_size {shard_size} does not divide the {pool.size} samples into whole shards")
     order = pool[np.lexsort((pool, labels[pool]))]
     shards = order.reshape(-1, shard_size)
     chosen = rng.permutation(shards.shape[0])[:num_shards].reshape(num_clients, shards_per_client)

@@ -201,7 +201,6 @@ class FedHDPRun(TrainingRun):
     delta: float = 1e-5
     evaluation: str = "validation"
     data: tuple = ()
-    seed: int = 0
     data_seed: int = 0
     sweep: tuple = dataclasses.field(default=(), metadata={"hash": False})
 
@@ -627,7 +626,7 @@ def followups(run: FedHDPRun, metrics: pd.DataFrame, cache) -> list[FedHDPRun]:
     profile = _profile_of(run)
     if type(run) is not FedHDPRun or run.evaluation != "validation" or run.z is not None or profile is None:
         return []                                         # not a grid run (a final run, a probe, the quiet probe's)
-    place = {f.name: getattr(run, f.name) for f in dataclasses.fields(TrainingRun)}          # where and how it runs
+    place = run.placement()
     chosen = _selection(profile, run.dataset, cache.load, seed=run.data_seed, **place)
     if chosen is None:
         return []

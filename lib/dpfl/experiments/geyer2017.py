@@ -113,8 +113,14 @@ class GeyerConfig(ClientDPConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        checks.positive_int("accumulations", self.accumulations)
-        checks.one_of("stop_on", self.stop_on, ("paper", "guarantee"))
+        check_accounting(self.stop_on, self.accumulations)
+
+
+def check_accounting(stop_on: str, accumulations: int) -> None:
+    """Raise ValueError, naming the parameter, unless ``stop_on`` is "paper" or "guarantee" and
+    ``accumulations`` a positive integer (:class:`GeyerConfig`; :class:`GeyerRun` checks them when built)."""
+    checks.one_of("stop_on", stop_on, ("paper", "guarantee"))
+    checks.positive_int("accumulations", accumulations)
 
 
 def over_budget(row, stop_on: str, delta_budget: float | None) -> bool:
@@ -217,7 +223,6 @@ class GeyerRun(TrainingRun):
     stop_on: str = "paper"
     accumulations: int = 3
     diagnostics: bool = False
-    seed: int = 0
 
     def __post_init__(self):
         super().__post_init__()
@@ -234,8 +239,7 @@ class GeyerRun(TrainingRun):
         checks.one_of("split", self.split, ("code", "paper"))
         if self.images % self.batches:
             raise ValueError(f"batches must divide the {self.images} images of a client; got {self.batches}")
-        checks.one_of("stop_on", self.stop_on, ("paper", "guarantee"))
-        checks.positive_int("accumulations", self.accumulations)
+        check_accounting(self.stop_on, self.accumulations)
         if self.sigma is None:
             if self.rounds is None:
                 raise ValueError("rounds must be given for a non-private run (sigma=None): nothing stops it")

@@ -44,8 +44,9 @@ class TrainingRun:
     ``device``, ``data_dir``, ``checkpoint_dir``, a ``deadline`` (``time.time()``: the loop checkpoints
     and raises ``Interrupted`` instead of starting a round that would end later), ``whole`` (with a
     deadline, give the run up, ``CannotFinish``, once its rounds left cannot end before it) and
-    ``progress``. None of them changes what is computed, so all stay out of the config hash: a result
-    computed on a GPU is read on a CPU machine, its device recorded in the provenance."""
+    ``progress``. None of them changes what is computed, so all stay out of the config hash (:meth:`placement`
+    lists them): a result computed on a GPU is read on a CPU machine, its device recorded in the provenance.
+    ``seed``, the one field here that is part of the hash, makes a run repeatable on one device."""
 
     #: with a ``checkpoint_dir``, a run saves its state every this many seconds of wall time
     checkpoint_seconds: ClassVar[float] = 120.0
@@ -56,13 +57,17 @@ class TrainingRun:
     deadline: float | None = dataclasses.field(default=None, metadata={"hash": False})
     whole: bool = dataclasses.field(default=False, metadata={"hash": False})
     progress: bool = dataclasses.field(default=True, metadata={"hash": False})
+    seed: int = 0
 
     def __post_init__(self):
         """What every run checks before any work: its ``device`` (a name runs can go to, ``"auto"`` resolved)
-        and, where it has one, its ``seed``. A subclass checks the rest of its fields after calling this."""
+        and its ``seed``. A subclass checks the rest of its fields after calling this."""
         checks.device("device", self.device)
-        if hasattr(self, "seed"):
-            checks.nonnegative_int("seed", self.seed)
+        checks.nonnegative_int("seed", self.seed)
+
+    def placement(self) -> dict:
+        """Where and how this run happens, the fields outside its hash: what a run it calls for inherits."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(TrainingRun) if f.metadata.get("hash") is False}
 
     def checkpoint_path(self, companions=()) -> Path | None:
         """Where this run keeps its state while unfinished: ``<checkpoint_dir>/<Class>-<hash>.pt``, or None;

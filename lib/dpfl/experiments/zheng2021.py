@@ -29,7 +29,7 @@ from dpfl.federated.sampling import PoissonClients
 from dpfl.federated.schedule import LearningRate
 from dpfl.models import MNIST_CNN, cifar_cnn
 
-__all__ = ["ZhengRun", "PUBLISHED", "published", "federated_mnist", "cifar10_split", "federated_cifar10", "first_round",
+__all__ = ["ZhengRun", "PUBLISHED", "published", "federated_mnist", "MNIST_SHARDS", "cifar10_split", "federated_cifar10", "first_round",
            "CIFAR_NORMALISATION", "default_steps", "SETTINGS", "mnist_run", "cifar_run", "grid", "TARGETS", "cells", "twin",
            "cached_twin", "followups", "cached_cells", "computed_on", "main"]
 
@@ -42,8 +42,12 @@ def default_steps(n: int, batch_size: int) -> int:
     return 76 if (n, batch_size) == (600, 8) else math.ceil(n / batch_size)
 
 
-def federated_mnist(num_clients: int, seed: int, data_dir=None, *, shards: int = 4, shard_size: int = 150,
-                    test_size: int = 200) -> FederatedDataset:
+#: their MNIST split: the 60 000 training images cut into label shards of 150, dealt 4 a client (so at most 100)
+MNIST_SHARDS = dict(shards_per_client=4, shard_size=150, pool_size=60_000)
+
+
+def federated_mnist(num_clients: int, seed: int, data_dir=None, *, shards: int = MNIST_SHARDS["shards_per_client"],
+                    shard_size: int = MNIST_SHARDS["shard_size"], test_size: int = 200) -> FederatedDataset:
     """Zheng et al.'s non-IID MNIST (``prepare_mnist_non_iid``): 400 label shards of 150 dealt 4 per
     client; test images drawn with replacement from the test images of the client's labels."""
     train_set, test_set = load_dataset("mnist", "train", data_dir), load_dataset("mnist", "test", data_dir)
@@ -134,7 +138,6 @@ class ZhengRun(TrainingRun):
     relu3: bool = False
     augment: bool = True
     eval_every: int = 1
-    seed: int = 0
     #: which copy of the data (``dpfl.data.datasets.source_of``), found from ``data_dir`` when not given:
     #: CIFAR-10's official files and its JPEG copy give different results, so it is part of the hash
     #: (MNIST has only the official files: None, as before the field existed)
@@ -160,9 +163,8 @@ class ZhengRun(TrainingRun):
         if self.local_steps is not None:                # 0 would read as "the default K"
             checks.positive_int("local_steps", self.local_steps)
         checks.one_of("per_sample", self.per_sample, CONV_ROUTES)
-        if self.dataset == "mnist" and self.num_clients > 100:
-            raise ValueError(f"num_clients must be at most 100 for MNIST (400 label shards of 150, 4 a client); "
-                             f"got {self.num_clients}")
+        if self.dataset == "mnist":
+            partition.check_shards(self.num_clients, **MNIST_SHARDS)
         self.round_config()                     # local_steps, alpha, stop_at, eval_every: checked before any work
         if self.dataset == "cifar10" and self.data_source is None:
             object.__setattr__(self, "data_source", source_of("cifar10", self.data_dir))
