@@ -400,14 +400,16 @@ class Long(runner.TrainingRun):
 
 
 @pytest.mark.parametrize("stop_at, rest", [(None, "of 419 done, 44 s a round (the median of its last stretch), ≈ 4.9 h to go; "
-                                                  "acc 0.4496 at round 19"),
+                                                  "acc 0.4496 at round 19, 0.2696 on average over its last 19 evaluations"),
                                            (0.52, "of at most 419 done, 44 s a round (the median of its last stretch), "
-                                                  "≈ 4.9 h to go at most; acc 0.4496 at round 19 (stops at ≥ 0.52)")])
+                                                  "≈ 4.9 h to go at most; acc 0.4496 at round 19, 0.2696 on average over its last 19 "
+                                                  "evaluations (stops at ≥ 0.52)")])
 def test_the_runners_list_says_how_far_each_checkpoint_has_come(tmp_path, capsys, stop_at, rest):
     """``--list`` reads a checkpoint's rounds (memory-mapped, its tensors left unread) and tells how long the rest takes at
     its last stretch's median pace: 20 of 419 rounds, a resumed stretch of 44 s rounds after 15 s ones (another
     machine) → 399 × 44 s ≈ 4.9 h, not 399 × 15 s; then the algorithm's progress metric at the last round that
-    evaluated it (round 20 did not: NaN) and the target it stops at."""
+    evaluated it (round 20 did not: NaN), its mean over the last (up to 25) evaluations — 0.02·10 + 0.0696 over rounds
+    1–19 — and the target it stops at."""
     config = Long(rounds=419, stop_at=stop_at, checkpoint_dir=str(tmp_path / "ckpt"))
     rows = [{"round": k, "seconds": 15.0 if k <= 10 else 44.0, "acc": 0.02 * k + 0.0696} for k in range(1, 21)]
     rows[10]["seconds"] = 300.0                                  # a slow round (the resumed stretch's first) moves no median
@@ -426,9 +428,12 @@ def test_the_runners_list_says_how_far_each_checkpoint_has_come(tmp_path, capsys
     assert runner._progress(config.checkpoint_path(), config) == "no round done yet"
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Seeded(Cell):
-    seed: int = 0
+def test_the_progress_metrics_average_covers_its_last_25_evaluations_only():
+    """Rounds 1–30 with the metric = the round (round 30 unevaluated): the mean of rounds 5–29 is 17."""
+    rows = [{"round": k, "acc": float(k) if k < 30 else None} for k in range(1, 31)]
+    assert runner._metric_note(rows, "acc", None) == "; acc 29 at round 29, 17 on average over its last 25 evaluations"
+    assert runner._metric_note(rows[:1], "acc", 0.5) == "; acc 1 at round 1 (stops at ≥ 0.5)"
+    assert runner._metric_note(rows, None, 0.5) == ""
 
 
 @pytest.mark.parametrize("option, message", [
@@ -439,7 +444,7 @@ class Seeded(Cell):
 def test_the_runners_bad_options_are_usage_errors_before_any_work(tmp_path, capsys, option, message):
     """A bad option stops the runner with a usage error naming it (exit 2), not a traceback or a silent no-limit
     budget (NaN); nothing computed, no cache made. (A budget ≤ 0 is no error: none left, nothing starts.)"""
-    grid = lambda profile, **common: [Seeded(name="a", **common)]
+    grid = lambda profile, **common: [Cell(name="a", **common)]
     cache = tmp_path / "cache"
     CALLS.clear()
     with pytest.raises(SystemExit) as stop:
