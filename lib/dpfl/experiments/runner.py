@@ -258,12 +258,10 @@ def _metric_note(rows, metric, target, window: int = 25) -> str:
     """``"; METRIC V at round M, A on average over its last N evaluations"`` (the last round that evaluated it, and
     the mean of up to ``window`` evaluations: a noisy metric's one round says little of the trend), with
     ``" (stops at ≥ TARGET)"`` for a run with a target, or ``""`` when no row has the metric."""
-    seen = [row[metric] for row in rows if metric and isinstance(row.get(metric), numbers.Real) and math.isfinite(row[metric])]
+    seen = [row for row in rows if metric and isinstance(row.get(metric), numbers.Real) and math.isfinite(row[metric])]
     if not seen:
         return ""
-    last = next(row["round"] for row in reversed(rows) if isinstance(row.get(metric), numbers.Real)
-                and math.isfinite(row[metric]))
-    recent = seen[-window:]
+    recent = [row[metric] for row in seen[-window:]]
     trend = f", {statistics.fmean(recent):.4g} on average over its last {len(recent)} evaluations" if len(recent) > 1 else ""
     stop = f" (stops at ≥ {target:.4g})" if target is not None else ""
-    return f"; {metric} {seen[-1]:.4g} at round {last}{trend}{stop}"
+    return f"; {metric} {seen[-1][metric]:.4g} at round {seen[-1]['round']}{trend}{stop}"
