@@ -307,6 +307,22 @@ def test_a_resumed_training_run_records_its_stretches_in_the_provenance(tmp_path
     assert runs.run(Resumed(2), cache).provenance["segments"] == resumed["segments"]   # and it is kept in the cache
 
 
+def test_a_cpu_result_names_the_cpu_model_and_simd_level_its_round_off_depends_on():
+    """Random draws are the same on any x86-64 CPU, kernels (and so round-off) follow the SIMD level:
+    two CPU results are one device's only where these agree (dpfl.device's docstring)."""
+    from dpfl.provenance import provenance
+
+    info = provenance(device="cpu")["device_info"]
+    assert info["simd"] == torch.backends.cpu.get_cpu_capability() and info["simd"] in ("DEFAULT", "VSX", "Z VECTOR",
+                                                                                        "NO AVX", "AVX2", "AVX512", "SVE256")
+    try:
+        with open("/proc/cpuinfo") as f:
+            models = {line.split(":", 1)[1].strip() for line in f if line.startswith("model name")}
+    except OSError:
+        pytest.skip("no /proc/cpuinfo here")
+    assert info["cpu_model"] in models if models else info["cpu_model"] is not None
+
+
 @dataclasses.dataclass(frozen=True)
 class Metrics:
     """A result like a training run's: a DataFrame whose columns (and one column) are strings."""

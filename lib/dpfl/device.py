@@ -8,14 +8,17 @@ they clip). Compute is not the bottleneck of these small CNNs, so both cost litt
 
 "One device" means one GPU model, one torch/CUDA/cuDNN version and these flags: CUDA random
 streams depend on the number of SMs (PyTorch sizes the Philox grid by it), so :func:`describe`
-records all of them with every result (``dpfl.provenance``).
+records all of them with every result (``dpfl.provenance``). On a CPU the random draws are the same on
+any x86-64 machine, but the kernels torch picks follow the SIMD level (AVX2, AVX-512), so round-off differs
+from one CPU model to another and grows over a run's rounds (docs/zheng2021.md, the twins): the CPU's model
+and torch's SIMD level are recorded too.
 """
 from __future__ import annotations
 
 import os
 import platform
 
-__all__ = ["configure", "describe"]
+__all__ = ["configure", "cpu_model", "describe"]
 
 
 def configure(device) -> None:
@@ -35,7 +38,7 @@ def configure(device) -> None:
 
 def describe(device=None) -> dict:
     """What a result computed on ``device`` depends on: for CUDA the GPU model, its SM count, torch,
-    CUDA and cuDNN versions and the precision flags; for a CPU the machine and torch version."""
+    CUDA and cuDNN versions and the precision flags; for a CPU the machine, its model and SIMD level, and torch version."""
     import torch
 
     info = {"torch": torch.__version__}
@@ -47,5 +50,15 @@ def describe(device=None) -> dict:
                     cudnn=torch.backends.cudnn.version(), cudnn_deterministic=torch.backends.cudnn.deterministic,
                     tf32=bool(torch.backends.cudnn.allow_tf32 or torch.backends.cuda.matmul.allow_tf32))
     else:
-        info.update(cpu=platform.machine(), cores=os.cpu_count(), threads=torch.get_num_threads())
+        info.update(cpu=platform.machine(), cpu_model=cpu_model(), simd=torch.backends.cpu.get_cpu_capability(),
+                    cores=os.cpu_count(), threads=torch.get_num_threads())
     return info
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else ``platform.processor()``; "" where neither says)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        return platform.processor()
