@@ -8,10 +8,10 @@ they clip). Compute is not the bottleneck of these small CNNs, so both cost litt
 
 "One device" means one GPU model, one torch/CUDA/cuDNN version and these flags: CUDA random
 streams depend on the number of SMs (PyTorch sizes the Philox grid by it), so :func:`describe`
-records all of them with every result (``dpfl.provenance``). On a CPU the random draws are the same on
-any x86-64 machine, but the kernels torch picks follow the SIMD level (AVX2, AVX-512), so round-off differs
-from one CPU model to another and grows over a run's rounds (docs/zheng2021.md, the twins): the CPU's model
-and torch's SIMD level are recorded too.
+records all of them with every result (``dpfl.provenance``). On a CPU the kernels torch picks follow the
+SIMD level (AVX2, AVX-512), so round-off differs from one CPU model to another and grows over a run's
+rounds: two x86-64 CPUs drew a twin's clients alike, yet its accuracies drifted apart (docs/zheng2021.md,
+the twins). The CPU's model and torch's SIMD level are recorded too.
 """
 from __future__ import annotations
 
