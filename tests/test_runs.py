@@ -519,3 +519,25 @@ def test_the_runner_counts_and_bundles_runs_computed_in_one_training_at_once(tmp
     with tarfile.open(tmp_path / "new.tar.gz") as tar:
         assert len([m for m in tar.getnames() if m.endswith(".pkl")]) == 4
     assert "one training with 2 other run(s)" in capsys.readouterr().out
+
+
+def test_an_only_may_name_the_follow_up_of_a_cached_run(tmp_path, capsys):
+    """``--only`` naming a cached run's follow-up (a Zheng cell's non-private twin, which ``--list`` shows by its
+    own name) computes it and nothing else; before 2026-12-02 it matched the grid's runs only, so GPU_QUEUE.md's
+    ``--only "cifar10 p=0.5 σ=None"`` was a usage error. A follow-up of a run not yet cached is named by nothing."""
+    grid = lambda profile, **_: [Step("a"), Step("b")]
+    calls_for = {"a": ["a σ=None"], "b": ["b σ=None"]}
+    followups = lambda run, value, cache: [Step(n) for n in calls_for.get(run.name, [])]
+    args = ["--profile", "p", "--device", "cpu", "--cache", str(tmp_path), "--only", "σ=None"]
+    with pytest.raises(SystemExit) as stop:
+        runner.main("t", grid, lambda r: r.name, ["p"], str(tmp_path), args, followups=followups)
+    assert stop.value.code == 2 and "and the follow-ups of those cached" in capsys.readouterr().err
+    for n in "ab":
+        runs.run(Step(n), runs.Cache(tmp_path))
+    CALLS.clear()
+    assert runner.main("t", grid, lambda r: r.name, ["p"], str(tmp_path), [*args[:-1], "b σ", "--list"],
+                       followups=followups) == 3
+    assert capsys.readouterr().out.splitlines()[1:] == [f"missing  {runs.Cache(tmp_path).path(Step('b σ=None')).stem}"
+                                                        ": b σ=None"] and CALLS == []
+    assert runner.main("t", grid, lambda r: r.name, ["p"], str(tmp_path), args, followups=followups) == 0
+    assert CALLS == ["a σ=None", "b σ=None"]

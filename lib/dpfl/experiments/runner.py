@@ -6,7 +6,8 @@ each call adds the runs it finishes, and the next call (or the notebook) reads t
 --bundle $OUT/runs.tar.gz``. ``--whole-runs``: give a run up as soon as it cannot finish within the
 budget and go on to the next (on a machine whose disk goes away, a partial run is lost with its
 checkpoint). ``--bundle``: the cache entries this call computed, in one archive (``tar -xzf`` it in
-the cache). ``--only S``: the runs whose name contains S. ``--checkpoints DIR``: where a run that
+the cache). ``--only S``: the runs whose name contains S, with what they call for, and the follow-ups of cached runs
+(a cell's non-private twin, say) whose name contains S. ``--checkpoints DIR``: where a run that
 stops unfinished keeps its checkpoint, to resume from there on the next call. ``<cache>/progress.json`` says what is done,
 what is missing and what stopped the call. ``--list``: print what is cached and what is missing (with the
 checkpoint a missing run would resume from, its rounds done, the time left at its last pace and its progress metric
@@ -116,7 +117,8 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
                         help="seconds; a run still going then checkpoints and stops (exit status 3)")
     parser.add_argument("--whole-runs", action="store_true", help="skip a run as soon as it cannot finish in the budget")
     parser.add_argument("--bundle", help="write the cache entries this call computes into this .tar.gz")
-    parser.add_argument("--only", default="", help="compute only the runs whose name contains this")
+    parser.add_argument("--only", default="", help="compute only the runs whose name contains this (a cached run's follow-ups "
+                        "included), and the follow-ups of the runs it names")
     parser.add_argument("--list", action="store_true", help="print what is cached and what is missing, compute nothing")
     for name, (flags, kwargs) in (options or {}).items():
         parser.add_argument(*flags, dest=name, **kwargs)
@@ -134,16 +136,18 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
     name = lambda c: f"{cache.path(c).stem}: {describe(c)}"
     todo, cached = [], []
 
-    def wanted(config) -> list:                # a missing run, or what a cached one calls for
+    def wanted(config, named: bool) -> list:   # a missing run, or what a cached one calls for, that --only names
+        named = named or args.only in describe(config)  # (a run it names brings its follow-ups whatever they are named)
         hit = cache.load(config)
         if hit is None:
-            return [config]
-        cached.append(config)
-        return [c for later in (followups(config, hit.value, cache) if followups else []) for c in wanted(later)]
+            return [config] if named else []
+        if named:
+            cached.append(config)
+        return [c for later in (followups(config, hit.value, cache) if followups else []) for c in wanted(later, named)]
 
-    def want(config, at: int):                 # queue them at ``at``, each once
+    def want(config, at: int, named: bool = False):  # queue them at ``at``, each once
         new = []
-        for c in wanted(config):
+        for c in wanted(config, named):
             if c not in todo and c not in new:
                 new.append(c)
         todo[at:at] = new
@@ -154,13 +158,12 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
                          whole=args.whole_runs, **{name: getattr(args, name) for name in options or {}})
     except ValueError as exc:
         parser.error(str(exc))
-    chosen = [config for config in grid_runs if args.only in describe(config)]
-    if not chosen:             # a typo must not pass for "nothing left to do" (2026-11-28: "σ=1" for "σ=1.0")
-        parser.error(f"--only {args.only!r} names no run of profile {args.profile!r}; its runs are named like "
-                     f"{describe(grid_runs[0])!r} (--list without --only lists them)" if grid_runs else
-                     f"profile {args.profile!r} has no runs")
-    for config in chosen:
+    for config in grid_runs:                   # --only may name a follow-up (a cell's twin) of a cached run
         want(config, len(todo))
+    if not todo and not cached:  # a typo must not pass for "nothing left to do" (2026-11-28: "σ=1" for "σ=1.0")
+        parser.error(f"--only {args.only!r} names no run of profile {args.profile!r}; its runs are named like "
+                     f"{describe(grid_runs[0])!r} (--list without --only lists them, and the follow-ups of those "
+                     "cached)" if grid_runs else f"profile {args.profile!r} has no runs")
     print(f"{args.profile}: {len(todo)} run(s) missing from {args.cache}", flush=True)
     if args.list:
         for config in dict.fromkeys(cached):
@@ -186,7 +189,7 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
         todo[k:] = [c for c in todo[k:] if c not in mates]
         done += [config, *(c for c in mates if c not in done)]
         for c in [config, *mates]:
-            want(c, k)                         # their follow-ups next, before the runs queued behind them
+            want(c, k, named=True)             # their follow-ups next, before the runs queued behind them
         segments = result.provenance.get("segments")              # resumed: the time is the last stretch's
         took = f"{result.provenance['wall_time_s']:.0f} s" + (f" (rounds {segments[-1]['first_round']}–)" if segments else "")
         if mates:
