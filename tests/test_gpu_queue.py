@@ -1,0 +1,49 @@
+"""benchmarks/GPU_QUEUE.md's commands name runs that exist: every ``--only`` it gives a runner (through
+``gpu_session.sh``, ``cpu_background.sh`` or ``python -m dpfl.experiments.<paper>``) names a run of that paper's
+profile, or a cached run's follow-up, against the committed caches. A GPU session has 15 minutes: twice a pasted
+``--only`` named nothing (2026-11-28: "σ=1" for "σ=1.0"; 2026-12-02: a cell's twin, before the runner took
+follow-ups' names), and a call would have ended in a usage error."""
+import importlib
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+QUEUE = (ROOT / "benchmarks" / "GPU_QUEUE.md").read_text()
+CACHES = {"zheng2021": "figures/zheng2021/cache", "geyer2017": "figures/geyer2017/cache",
+          "aldaghri_fedhdp_fl": "figures/aldaghri_fedhdp/cache"}
+
+
+def commands() -> list[tuple[str, str, str]]:
+    """(paper module, profile, --only) of each runner command the queue gives, once each."""
+    found = [("zheng2021", "cells", only) for only in re.findall(r'gpu_session\.sh \d+ \d+ \w+ "([^"]+)"', QUEUE)]
+    for experiment, only in re.findall(r'(?:EXPERIMENT=(\w+) )?(?:bash )?benchmarks/cpu_background\.sh "([^"]+)"', QUEUE):
+        experiment = experiment or "zheng2021"
+        if only != "ONLY":                                     # the usage line's placeholder
+            found.append((experiment, "cells" if experiment == "zheng2021" else "paper", only))
+    for experiment, rest in re.findall(r"python3? -m dpfl\.experiments\.(\w+) ([^`]*)", QUEUE):
+        words = shlex.split(rest.split("|")[0].split(";")[0].split("2>&1")[0])
+        if "--only" in words:
+            profile = words[words.index("--profile") + 1] if "--profile" in words else "paper"
+            found.append((experiment, profile, words[words.index("--only") + 1]))
+    return list(dict.fromkeys(found))
+
+
+def test_the_queue_has_commands_to_check():
+    """The parser finds the queue's commands (a rewording must not leave this test checking nothing)."""
+    found = commands()
+    assert ("zheng2021", "cells", "cifar10 p=0.5 σ=None") in found
+    assert ("aldaghri_fedhdp_fl", "paper", "femnist") in found
+    assert {experiment for experiment, _, _ in found} == set(CACHES)
+
+
+@pytest.mark.parametrize("experiment, profile, only", commands())
+def test_each_only_in_the_queue_names_a_run(experiment, profile, only, data_root, monkeypatch):
+    """``--list`` with the command's ``--only`` exits 0 (all cached) or 3 (runs left), not 2 (names no run)."""
+    monkeypatch.chdir(ROOT)
+    module = importlib.import_module(f"dpfl.experiments.{experiment}")
+    argv = ["--profile", profile, "--only", only, "--list", "--device", "cpu", "--data-dir", str(data_root),
+            "--cache", CACHES[experiment], "--checkpoints", str(ROOT / "no-checkpoints-here")]
+    assert module.main(argv) in (0, 3)
