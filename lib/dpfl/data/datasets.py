@@ -247,7 +247,8 @@ def _load_cifar10(name, split, root, verify) -> Dataset:
         digest = _verify(jpeg, _CIFAR_JPEG[1], verify)
         warnings.warn("CIFAR-10: the official files are absent, so the lossy JPEG copy is used "
                       f"({jpeg}); every result on it is labelled 'CIFAR-10 (JPEG copy)' "
-                      "(median PSNR ≈ 30.5 dB; models lose ~2–3 % accuracy on it)", stacklevel=2)
+                      "(median PSNR ≈ 30.5 dB; its source reports 2–3 % lower accuracy for models trained on it)",
+                      stacklevel=2)
         arrays = _cached(f"cifar10jpeg-{split}-{digest[:12]}", lambda: _read_cifar_jpeg(jpeg, split))
         source = "CIFAR-10 (JPEG copy)"
     return Dataset(name, split, torch.from_numpy(arrays["x"]), torch.from_numpy(arrays["y"].astype(np.int64)),
