@@ -138,6 +138,8 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
 
     def wanted(config, named: bool) -> list:   # a missing run, or what a cached one calls for, that --only names
         named = named or args.only in describe(config)  # (a run it names brings its follow-ups whatever they are named)
+        if not named and followups is None:    # nothing of it can be named: spare reading its result
+            return []
         hit = cache.load(config)
         if hit is None:
             return [config] if named else []
