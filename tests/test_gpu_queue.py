@@ -33,7 +33,7 @@ def commands() -> list[tuple[str, str, str]]:
 def test_the_queue_has_commands_to_check():
     """The parser finds the queue's commands (a rewording must not leave this test checking nothing)."""
     found = commands()
-    assert ("zheng2021", "cells", "cifar10 p=0.5 σ=None") in found
+    assert ("zheng2021", "cells", "p=0.25 σ=1.0 B=16") in found
     assert ("aldaghri_fedhdp_fl", "paper", "femnist") in found
     assert {experiment for experiment, _, _ in found} == PAPERS
 

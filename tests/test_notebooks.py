@@ -34,7 +34,7 @@ PAPER_CELLS = {"zheng2021": (("Table 1 R at 90 %, p=", 9), ("Table 1 μ_max at o
                              ("Table 2 mean examples ratio (B=8 / B=16)", 1),
                              ("B = 8 needs more rounds than B = 16 to reach 90% (the paper's setting", 1),
                              ("Table 3 R at 52 % (", 6), ("Table 3 μ_max at our R (", 6), ("Table 3 top-1 at R (%) (", 6),
-                             ("Table 3 non-private top-1 at R (%) (", 5),
+                             ("Table 3 non-private top-1 at R (%) (", 6),
                              ("Fig. 4.3 at the paper's setting (100 clients, p = 0.5, each cell to its R", 1))}
 
 
