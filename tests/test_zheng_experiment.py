@@ -108,6 +108,21 @@ def test_grid_runner_fills_a_cache_within_its_budget(data_root, tmp_path, capsys
     assert zheng2021.main(args) == 0 and "0 run(s) missing" in capsys.readouterr().out
 
 
+def test_only_naming_a_cached_twin_reports_it_cached(data_root, capsys, monkeypatch):
+    """A finished twin's own command again (2026-12-03: ``cpu_background.sh "cifar10 p=0.5 σ=None"`` after it
+    landed): ``--only`` names the cached twin, so the call lists it as cached and exits 0 ("nothing left"), not 2
+    ("names no run", which it said while ``followups`` named only missing twins). Read from the committed cache."""
+    from pathlib import Path
+
+    from dpfl.experiments import zheng2021
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    argv = ["--profile", "cells", "--only", "cifar10 p=0.5 σ=None", "--list", "--device", "cpu",
+            "--data-dir", str(data_root), "--checkpoints", "no-checkpoints-here"]
+    assert zheng2021.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "0 run(s) missing" in out and "cached   ZhengRun-1657a8819ce40525: " in out
+
 def test_the_budgeted_runner_stops_at_its_deadline(data_root, tmp_path, capsys):
     """A time-limited GPU command: a run that cannot finish checkpoints and stops with exit status 3
     (before, ``--budget`` was checked only between runs, and the run was killed with its rounds)."""
@@ -292,12 +307,12 @@ def test_one_twin_serves_every_cell_of_its_p():
 
     class OneTwin:                                          # a cache holding the 470-round twin alone
         def load(self, config):
-            return types.SimpleNamespace(value="metrics") if config == longer else None
+            return types.SimpleNamespace(config=config, value="metrics") if config == longer else None
 
     reached = pd.DataFrame({"round": [320, 321], "acc_stored_local": [0.51, 0.53]})
     for cell in p1:
         assert z.cached_twin(OneTwin(), cell, 321).value == "metrics"
-        assert z.followups(cell, reached, OneTwin()) == []
+        assert z.followups(cell, reached, OneTwin()) == [longer]          # the cached twin that serves it, no other
         assert [t.rounds for t in z.followups(cell, reached, _EmptyCache())] == [321]
     assert z.cached_twin(OneTwin(), p1[0], 471) is None                # a twin shorter than R serves no cell
 

@@ -322,14 +322,18 @@ def cached_twin(cache, run: ZhengRun, R: int):
 
 
 def followups(run: ZhengRun, metrics: pd.DataFrame, cache) -> list[ZhengRun]:
-    """What a cached cell (:func:`cells`) still needs: its twin to the cell's R, unless one is cached
-    or the paper prints no twin's accuracy for it (Table 2)."""
+    """What a cached cell (:func:`cells`) calls for: its twin to the cell's R, or the shortest cached twin
+    of at least R rounds that serves it (:func:`cached_twin`), so that the runner's ``--only`` names a twin
+    already computed and reports it cached; nothing where the paper prints no twin's accuracy (Table 2)."""
     dataset, p, s, B = run.dataset, run.p, run.sigma, run.batch_size
     printed = published().query("dataset == @dataset and p == @p and sigma == @s and B == @B").nonprivate_acc
     if run.stop_at is None or not printed.notna().any():         # Table 2 prints no twin
         return []
     R = first_round(metrics, run.stop_at)
-    return [twin(run, R)] if R and cached_twin(cache, run, R) is None else []
+    if not R:
+        return []
+    served = cached_twin(cache, run, R)
+    return [served.config if served else twin(run, R)]
 
 
 def cached_cells(cache, table: str = "1", profile: str = "paper", **common) -> dict:
