@@ -330,6 +330,27 @@ def test_a_whole_run_is_not_given_up_for_its_warm_up_round(start, tmp_path, monk
     assert table["seconds"].drop(start - 1).max() < 0.3     # the premise: the other rounds are fast
 
 
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_a_rounds_host_syncs_do_not_grow_with_its_local_steps(name):
+    """GPU readiness, checked on any device: no local step reads a value back to the host or sizes an output by the
+    data (``opcount.SYNC_OPS``), each of which would drain the queue of kernels in a launch-bound GPU loop — so two
+    rounds of 2 and of 6 local steps make the same number of syncs, for the MLP and for the FEMNIST CNN (its clients
+    and Ditto's personal steps: FedHDP). At 2026-12-03's code: 8–70 syncs in two rounds, whatever the steps."""
+    from dpfl.models import FEMNIST_CNN
+    from dpfl.opcount import OpCounter
+
+    cls, make = ALGORITHMS[name]
+    for model in (GEYER_MLP, FEMNIST_CNN):
+        syncs = []
+        for steps in (2, 6):
+            kwargs = make(2, 0)
+            kwargs["cfg"] = dataclasses.replace(kwargs["cfg"], local_steps=steps)
+            with OpCounter() as count:
+                loop.run(cls(model, **kwargs), _data(), progress=False, device=DEVICE)
+            syncs.append(count.syncs)
+        assert syncs[0] == syncs[1] and 0 < syncs[0] < 100, (model.name, syncs)
+
 #: each algorithm's columns that the loop's evaluation cadence (``eval_every``) governs
 EVALUATED = {"prifedsync": ["acc_local_all"], "client_dp": ["acc_global", "loss_global"],
              "geyer": ["acc_global", "loss_global"], "fedhdp": ["acc_l_0", "acc_l_1", "delta_l"]}
