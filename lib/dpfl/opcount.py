@@ -2,8 +2,8 @@
 launch on a GPU; counted below ``vmap``, so a vmapped call counts its batched kernels once), how
 many of them are random draws, how many make the host wait for the device (``syncs``: a scalar read
 back, or an output whose size depends on the data), and how many of each kind. ``make bench`` reports
-them per round; the tests pin the draws, which operations a route runs, and that a round's syncs do not
-grow with its local steps (``tests/test_loop.py``).
+the operations and draws per round; the tests pin the draws, which operations a route runs, and that a
+round's syncs do not grow with its local steps (``tests/test_loop.py``).
 
 >>> with OpCounter() as count:
 ...     _ = torch.randn(3) + 1
@@ -31,8 +31,9 @@ __all__ = ["OpCounter", "RANDOM_OPS", "SYNC_OPS"]
 #: ATen operations that draw random numbers
 RANDOM_OPS = ("randn", "rand", "bernoulli", "normal", "uniform", "randint")
 #: ATen operations after which a GPU's host waits for the device: a scalar read back (``item``, ``float``, ``bool``,
-#: ``tolist``: ``_local_scalar_dense``) or an output sized by the data (``nonzero``, ``unique``, ``masked_select``, …).
-#: In a launch-bound loop each one drains the queue of kernels the host had run ahead with
+#: ``tolist``: ``_local_scalar_dense``) or an output sized by the data (``nonzero``, ``unique``, ``masked_select``, …;
+#: ``repeat_interleave`` only without ``output_size``, counted always: an upper count). In a launch-bound loop each
+#: one drains the queue of kernels the host had run ahead with
 SYNC_OPS = ("_local_scalar_dense", "is_nonzero", "equal", "nonzero", "_unique", "_unique2", "unique_dim",
             "unique_consecutive", "masked_select", "repeat_interleave")
 

@@ -28,9 +28,10 @@ what one round does; everything else lives here, once (the shape of apple/pfl-re
   always holds an evaluated round, and that a one-off slow round (other work on a shared CPU) leaves; with
   ``whole=True`` it stops (:class:`CannotFinish`) as soon as the rounds left, at the pace of the stretch's longest
   round but its first, would end after it — for a machine whose disk goes away at the deadline, where a partial run
-  is lost with its checkpoint. A stretch's first round is a warm-up (the cached H200 runs' took up to 2.5× their median
-  round, 1.22 s against 0.48 s: kernel choice, allocator growth), so the run is judged from its second round on: a unit of ≈ 400 s in a
-  540 s call, given up after round 1 at its warm-up's pace, would have left a GPU session with nothing;
+  is lost with its checkpoint. A stretch's first round is a warm-up (the cached H200 runs' took up to 2.5× their
+  median round, 1.22 s against 0.48 s: kernel choice, allocator growth), so the run is judged from its second round
+  on: a unit of ≈ 400 s in a 540 s call, given up after round 1 at its warm-up's pace, would have left a GPU session
+  with nothing;
 * a stop request — SIGTERM (``kill PID``) while the loop runs in a process's main thread: the round in progress
   finishes, the loop saves a checkpoint and raises :class:`Interrupted`, so a run stopped by hand (or by a machine
   that asks before it kills) resumes with nothing lost but that round's wall time.
