@@ -4,8 +4,9 @@ Written functionally so that ``torch.func`` can vmap them over clients and over 
 that dropout randomness is an explicit input drawn from each client's own generator (results then
 do not depend on how clients are batched). Each model is a :class:`Model`: ``init(generator)``
 returns a parameter dict initialised as PyTorch's default layers are, ``forward(params, x, masks)``
-returns log-probabilities, and ``masks(batch, generator)`` draws the dropout masks of one batch
-(``None`` for models without dropout; pass ``None`` or ``{}`` to ``forward`` to evaluate).
+returns log-probabilities, and ``masks(batch, generators)`` draws the dropout masks of one batch for each
+client, one generator each, stacked (``None`` for models without dropout; pass ``None`` or ``{}`` to ``forward``
+to evaluate).
 ``forward``'s optional ``tap`` (:class:`Tap`) exposes the fully connected layers (``linear``) for
 ghost clipping, and the convolutions (``convs``) for per-sample gradients in one call per layer.
 
@@ -36,7 +37,7 @@ class Model:
     input_shape: tuple
     init: Callable            # generator → {name: tensor}
     forward: Callable         # (params, x, masks) → log-probabilities
-    masks: Callable           # (batch, generator) → {name: tensor} or None
+    masks: Callable           # (batch, generators) → {name: (clients, batch, …)} or None: a generator a client
     linear: tuple = ()        # names of the fully connected layers (``<name>.weight``/``.bias``)
     convs: tuple = ()         # names of the 2-D convolutions, all of stride 1 without padding
     #: the forward pass is exactly FC → ReLU → … → FC → log-softmax over ``linear``, in order, with no
@@ -143,15 +144,20 @@ def _init(g, convs=(), fcs=()):
     return p
 
 
-def _dropout_masks(batch, g, **layers):
-    """Inverted-dropout masks for one batch, ``layers`` = {name: (shape per example, drop rate)}:
-    one uniform draw for all layers (one kernel launch per client and step, not two per layer),
-    split in the order given; an entry is kept (scaled by 1/(1 − rate)) where its uniform is < 1 − rate."""
+def _dropout_masks(batch, generators, **layers):
+    """Inverted-dropout masks for one batch of each client, stacked: {name: (m, batch, *shape)}, ``layers`` =
+    {name: (shape per example, drop rate)}. Client c's are one uniform draw for all layers from ``generators[c]``
+    (one kernel launch per client and step, not two per layer), split in the order given; an entry is kept (scaled
+    by 1/(1 − rate)) where its uniform is < 1 − rate. The thresholding runs once on the stacked draws, not per
+    client: a FEMNIST round on the GPU's chunking counted 163 000 operations, ≈ 10 a client and step in masks
+    (``benchmarks/CPU_LOG.md``, 2026-12-03). The same bits as drawing and thresholding client by client (tested)."""
     sizes = [math.prod(shape) for shape, _ in layers.values()]
-    u = torch.rand((batch, sum(sizes)), generator=g, device=g.device)
+    u = torch.empty(len(generators), batch, sum(sizes), device=generators[0].device)
+    for row, g in zip(u, generators):
+        row.uniform_(generator=g)                        # torch.rand's draw, into its row of the stack
     out = {}
-    for (name, (shape, rate)), part in zip(layers.items(), u.split(sizes, dim=1)):
-        out[name] = (part < 1 - rate).reshape(batch, *shape).to(u.dtype) / (1 - rate)
+    for (name, (shape, rate)), part in zip(layers.items(), u.split(sizes, dim=2)):
+        out[name] = (part < 1 - rate).reshape(len(generators), batch, *shape).to(u.dtype) / (1 - rate)
     return out
 
 
@@ -173,8 +179,8 @@ def _mnist_forward(p, x, masks=None, tap=None):
     return F.log_softmax(_fc(p, "fc2", h, tap), dim=-1)
 
 
-def _mnist_masks(batch, g):
-    return _dropout_masks(batch, g, drop1=((64,), 0.25), drop2=((128,), 0.5))
+def _mnist_masks(batch, generators):
+    return _dropout_masks(batch, generators, drop1=((64,), 0.25), drop2=((128,), 0.5))
 
 
 MNIST_CNN = Model("mnist_cnn", (1, 28, 28), _mnist_init, _mnist_forward, _mnist_masks, ("fc1", "fc2"),
@@ -201,7 +207,7 @@ def cifar_cnn(relu3: bool = False) -> Model:
         return F.log_softmax(_fc(p, "fc2", h, tap), dim=-1)
 
     return Model("cifar_cnn" + ("_relu3" if relu3 else ""), (3, 32, 32), _cifar_init, forward,
-                 lambda batch, g: None, ("fc1", "fc2"), ("conv1", "conv2", "conv3"))
+                 lambda batch, generators: None, ("fc1", "fc2"), ("conv1", "conv2", "conv3"))
 
 
 CIFAR_CNN = cifar_cnn()
@@ -225,7 +231,7 @@ def _geyer_forward(p, x, masks=None, tap=None):
     return F.log_softmax(_fc(p, "fc3", h, tap), dim=-1)
 
 
-GEYER_MLP = Model("geyer_mlp", (1, 28, 28), _geyer_init, _geyer_forward, lambda batch, g: None,
+GEYER_MLP = Model("geyer_mlp", (1, 28, 28), _geyer_init, _geyer_forward, lambda batch, generators: None,
                   ("fc1", "fc2", "fc3"), plain_mlp=True)
 
 # -- FedHDP's networks (Aldaghri et al., Table 6; the layer sizes were lost, docs/aldaghri_fedhdp.md §1) --------
@@ -240,7 +246,7 @@ def fedhdp_mlp(hidden: int = 200, classes: int = 10) -> Model:
     def forward(p, x, masks=None, tap=None):
         return F.log_softmax(_fc(p, "fc2", F.relu(_fc(p, "fc1", x.flatten(-3), tap)), tap), dim=-1)
 
-    return Model(f"fedhdp_mlp{hidden}", (1, 28, 28), init, forward, lambda batch, g: None, ("fc1", "fc2"),
+    return Model(f"fedhdp_mlp{hidden}", (1, 28, 28), init, forward, lambda batch, generators: None, ("fc1", "fc2"),
                  plain_mlp=True)
 
 
@@ -257,7 +263,7 @@ def softmax_regression(classes: int = 10) -> Model:
     def forward(p, x, masks=None, tap=None):
         return F.log_softmax(_fc(p, "fc", x.flatten(-3), tap), dim=-1)
 
-    return Model(f"softmax_regression{classes}", (1, 28, 28), init, forward, lambda batch, g: None, ("fc",),
+    return Model(f"softmax_regression{classes}", (1, 28, 28), init, forward, lambda batch, generators: None, ("fc",),
                  plain_mlp=True)
 
 
@@ -276,8 +282,8 @@ def _femnist_forward(p, x, masks=None, tap=None):
     return F.log_softmax(_fc(p, "fc2", h, tap), dim=-1)
 
 
-def _femnist_masks(batch, g):
-    return _dropout_masks(batch, g, drop1=((64, 5, 5), 0.25), drop2=((128,), 0.5))
+def _femnist_masks(batch, generators):
+    return _dropout_masks(batch, generators, drop1=((64, 5, 5), 0.25), drop2=((128,), 0.5))
 
 
 #: FedHDP's FEMNIST CNN (Table 6's structure: conv → pool → conv → pool → dropout → FC → dropout →

@@ -367,8 +367,7 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
             p, st = take(new_params, sl), take(new_state, sl)      # views of the output: trained in place
             work = take(scratch, slice(0, len(gens)))
             for k in range(steps):
-                masks = [model.masks(batch, g) for g in gens]
-                masks = {} if masks[0] is None else {n: torch.stack([mk[n] for mk in masks]) for n in masks[0]}
+                masks = model.masks(batch, gens) or {}
                 step_fn(p, st, x[sl, k], y[sl, k], masks, step_noise(shapes, gens) if cfg.dp else None, lr[sl], anchor,
                         work)
 
