@@ -303,9 +303,9 @@ def test_a_whole_run_that_cannot_finish_is_given_up_after_its_second_round(tmp_p
 @pytest.mark.parametrize("start", [1, 6])
 def test_a_whole_run_is_not_given_up_for_its_warm_up_round(start, tmp_path, monkeypatch):
     """A stretch's first round is a warm-up (on a GPU, kernel choice: the cached H200 runs' took up to 2.5× their
-    median round). Here it takes 1.5 s and the others milliseconds: 19 more rounds at its pace (28 s) would pass a
-    deadline 10 s away, at the later rounds' pace they do not, so the run finishes — from round 1, or resumed at
-    round 6 from a checkpoint (a new stretch, whose first round warms up again)."""
+    median round). Here it takes 4 s and the others well under 1 s (0.04–0.4 s on a loaded 2-core CPU): 19 more rounds
+    at its pace (76 s) would pass a deadline 40 s away, at the later rounds' pace they do not, so the run finishes —
+    from round 1, or resumed at round 6 from a checkpoint (a new stretch, whose first round warms up again)."""
     ckpt = tmp_path / "run.pt"
     cls = ALGORITHMS["client_dp"][0]
     original = cls.round
@@ -317,7 +317,7 @@ def test_a_whole_run_is_not_given_up_for_its_warm_up_round(start, tmp_path, monk
 
     def warm_up_at_start(self, r):
         if r.t == start:
-            time.sleep(1.5)
+            time.sleep(4.0)
         return original(self, r)
 
     if start > 1:                                            # a checkpoint of rounds 1 … start − 1
@@ -325,9 +325,8 @@ def test_a_whole_run_is_not_given_up_for_its_warm_up_round(start, tmp_path, monk
         with pytest.raises(KeyboardInterrupt):
             _run("client_dp", rounds=20, every=1, checkpoint=ckpt)
     monkeypatch.setattr(cls, "round", warm_up_at_start)
-    table = _run("client_dp", rounds=20, checkpoint=ckpt, deadline=time.time() + 10, whole=True)
-    assert len(table) == 20 and table["seconds"].iloc[start - 1] >= 1.5
-    assert table["seconds"].drop(start - 1).max() < 0.3     # the premise: the other rounds are fast
+    table = _run("client_dp", rounds=20, checkpoint=ckpt, deadline=time.time() + 40, whole=True)
+    assert len(table) == 20 and table["seconds"].iloc[start - 1] >= 4.0
 
 
 
