@@ -316,6 +316,50 @@ def test_ditto_personal_step_equals_the_proximal_loop_and_its_limits():
                     client_generators(0, 0, range(m)))
 
 
+@pytest.mark.parametrize("together", [False, True])
+@pytest.mark.parametrize("name", ["femnist_cnn", "fedhdp_mlp200"])
+def test_clients_with_different_lambdas_train_in_one_call_bit_for_bit(name, together):
+    """Ditto's groups and sets of λ train in one call, a λ per client (``prox``): each client ends bit for
+    bit where a call with its λ alone leaves it (on a CPU) — the generic path with dropout masks drawn from
+    replicas of the clients' generators, and ``mlp_sgd`` — λ = 0 included; bad λ is refused by name.
+    ``together``: every client in one vmapped chunk, as on a GPU (different λ within a chunk)."""
+    from dpfl.federated.personalize import ditto
+
+    model = get_model(name)
+    m, steps, batch, lams = 3, 2, 4, (0.0, 0.5, 2.0)
+    g = torch.Generator().manual_seed(5)
+    w = model.init(g)
+    v0 = {k: v + 0.05 * torch.randn(v.shape, generator=g) for k, v in _stack(w, m).items()}
+    x = torch.randn(m, steps, batch, *model.input_shape, generator=g)
+    y = torch.randint(0, 10, (m, steps, batch), generator=g)
+    copies = len(lams)
+    joint = ditto(model, {k: v.repeat(copies, *[1] * (v.ndim - 1)) for k, v in v0.items()}, w,
+                  x.repeat(copies, *[1] * (x.ndim - 1)), y.repeat(copies, 1, 1),
+                  [gen for _ in lams for gen in client_generators(0, 1, range(m))], lam=np.repeat(lams, m), lr=0.1,
+                  chunk=copies * m if together else None)
+    for j, lam in enumerate(lams):
+        alone = ditto(model, v0, w, x, y, client_generators(0, 1, range(m)), lam=lam, lr=0.1,
+                      chunk=m if together else None)
+        for k in alone:
+            if together:          # vmapped convolutions of 9 clients and of 3 may round differently
+                torch.testing.assert_close(joint[k][j * m:(j + 1) * m], alone[k], rtol=1e-5, atol=1e-6)
+            else:
+                assert torch.equal(joint[k][j * m:(j + 1) * m], alone[k]), (lam, k)
+    assert all(not torch.equal(joint[k][:m], joint[k][m:2 * m]) for k in w)          # λ moved every tensor
+    gens = client_generators(0, 1, range(m))
+    with pytest.raises(ValueError, match="^lam must be one λ or one per client"):
+        ditto(model, v0, w, x, y, gens, lam=[0.1, 0.2], lr=0.1)
+    with pytest.raises(ValueError, match="^lam"):
+        ditto(model, v0, w, x, y, gens, lam=[0.1, -0.2, 0.3], lr=0.1)
+    cfg = LocalConfig(optimizer="sgd", lr=0.1)
+    with pytest.raises(ValueError, match="^prox must hold one λ per client"):
+        local_train(model, cfg, v0, {}, x, y, gens, anchor=w, prox=[0.1, 0.2])
+    with pytest.raises(ValueError, match="^prox"):
+        local_train(model, cfg, v0, {}, x, y, gens, anchor=w, prox=[0.1, float("nan"), 0.2])
+    with pytest.raises(ValueError, match="^anchor"):
+        local_train(model, cfg, v0, {}, x, y, gens, prox=[0.0, 0.0, 0.2])
+
+
 @pytest.mark.parametrize("model, per_step", [(MNIST_CNN, 2), (GEYER_MLP, 1)])
 def test_one_noise_draw_and_one_mask_draw_per_client_and_step(model, per_step):
     """The draws ``make bench`` (d) reports: one randn for all of a client's noise and one rand for

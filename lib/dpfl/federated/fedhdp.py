@@ -16,7 +16,8 @@ v_k ← steps on f_k(v) + λ_l/2·‖v − w_t‖². With ratios (1, 1) this is 
 group at the same z it is DP-FedAvg (with Ditto); r = 0 ignores the private clients.
 λ never moves the global model, so one run can personalise with several λ at once (``extra_lams``):
 each set of λ keeps its own personal models and starts its steps from the same generator states, so
-its columns are those a run with that λ alone would give, bit for bit on a CPU.
+its columns are those a run with that λ alone would give, bit for bit on a CPU. All sets (and groups) train
+in one ``local_train`` call, with a λ per client: on a GPU a round's launches do not grow with the sets.
 
 Metrics follow the paper's: the global model on the server test set (``Acc_g``) and on each
 group's local test sets (``Acc_g,l``); personalised models on their own test sets (``Acc_l,l``);
@@ -188,22 +189,24 @@ class FedHDP(ServerDP):
 
     def personalise(self, r: Round, x, y, gens: list, anchor: dict) -> None:
         """Ditto: every participating client's personal model takes steps pulled toward the w_t
-        (``anchor``) it received, with its group's λ; each set of λ from the same generator states."""
-        cfg, groups = self.cfg, self.groups[r.selected]
+        (``anchor``) it received, with its group's λ. Every group and every set of λ train in one call
+        (a client once per set, with the per-client λ): each set's copy of a client draws from a replica of
+        its generator's state, so the sets see the same masks, as runs with one set each would."""
+        cfg, groups, m = self.cfg, self.groups[r.selected], len(gens)
         steps = cfg.personal_steps or cfg.local_steps
-        start = [g.get_state() for g in gens]
-        for _, lams, part in self._variants():
-            for g, s in zip(gens, start):
-                g.set_state(s)
-            for l in range(self.L):
-                pos = np.flatnonzero(groups == l)
-                if pos.size == 0:
-                    continue
-                idx = torch.as_tensor(r.selected[pos], device=r.device)
-                new = ditto(self.model, take(part["personal"], idx), anchor, x[pos][:, :steps], y[pos][:, :steps],
-                            [gens[i] for i in pos], lam=lams[l], lr=cfg.personal_lr)
-                put(part["personal"], idx, new)
-                part["personal_acc"]["stale"][idx] = True
+        variants = self._variants()
+        idx = torch.as_tensor(r.selected, device=r.device)
+        personal = {k: torch.cat([part["personal"][k][idx] for _, _, part in variants]) for k in anchor}
+        lams = np.concatenate([np.asarray(lams, dtype=np.float64)[groups] for _, lams, _ in variants])
+        replicas = [torch.Generator(g.device) for _ in variants[1:] for g in gens]
+        for copy, g in zip(replicas, gens * (len(variants) - 1)):
+            copy.set_state(g.get_state())
+        repeat = lambda t: t[:, :steps].repeat(len(variants), *[1] * (t.ndim - 1))
+        new = ditto(self.model, personal, anchor, repeat(x), repeat(y), gens + replicas, lam=lams,
+                    lr=cfg.personal_lr, chunk=cfg.chunk)
+        for j, (_, _, part) in enumerate(variants):
+            put(part["personal"], idx, take(new, slice(j * m, (j + 1) * m)))
+            part["personal_acc"]["stale"][idx] = True
 
     def inspect_group(self, group: int, updates: dict, noise_std: float) -> dict:
         """Extra columns of the round's row from group ``group``'s updates as the server averages them

@@ -242,10 +242,10 @@ def _noisy_mean_(cfg: LocalConfig, sums: dict, noise: dict, batch: int):
         total.add_(noise[k].mul_(cfg.noise_multiplier * cfg.clip)).div_(batch)
 
 
-def _update_(cfg: LocalConfig, params, state, grads, lr, anchor, work):
+def _update_(cfg: LocalConfig, params, state, grads, lr, prox, anchor, work):
     """One optimiser step of every client, in place on the stacked (m, …) parameters and optimiser
     state (``grads`` and the scratch tensors ``work``, shaped as ``params``, are overwritten): SGD, or Adam
-    with per-client step counts (``lr``: (m,)).
+    with per-client step counts (``lr``: (m,)); ``prox``: the per-client λ (m,) of the proximal term, or None.
 
     Element-wise, outside ``vmap`` and without temporaries per operation: on a CPU the Adam step of
     MnistCNN's 1.2 M-entry fc1 was a third of a client step when every operation allocated its
@@ -259,8 +259,8 @@ def _update_(cfg: LocalConfig, params, state, grads, lr, anchor, work):
         scale, c2 = lr / (1 - b1 ** step), 1 - b2 ** step
     for k, p in params.items():
         g, w = grads[k], work[k]
-        if cfg.prox:
-            g.add_(torch.sub(p, anchor[k], out=w).mul_(cfg.prox))
+        if prox is not None:
+            g.add_(torch.sub(p, anchor[k], out=w).mul_(_per_client(prox, p)))
         if cfg.weight_decay:
             g.add_(torch.mul(p, cfg.weight_decay, out=w))
         if step is None:
@@ -278,11 +278,11 @@ def _step(model, cfg):
     client axis, then the noise and the optimiser step on the stacked tensors."""
     gradients = vmap(lambda params, x, y, masks: _gradient(model, cfg, params, x, y, masks), randomness="error")
 
-    def step_(params, state, x, y, masks, noise, lr, anchor, work):
+    def step_(params, state, x, y, masks, noise, lr, prox, anchor, work):
         grads = gradients(params, x, y, masks)
         if cfg.dp:
             _noisy_mean_(cfg, grads, noise, y.shape[1])
-        _update_(cfg, params, state, grads, lr, anchor, work)
+        _update_(cfg, params, state, grads, lr, prox, anchor, work)
 
     return step_
 
@@ -310,7 +310,7 @@ def put(out, index, tree):
 
 
 def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y, generators: list,
-                lr=None, *, chunk: int | None = None, anchor: dict | None = None):
+                lr=None, *, chunk: int | None = None, anchor: dict | None = None, prox=None):
     """K local steps for m clients at once.
 
     ``params``/``state``: stacked over clients (m, …); ``x``: (m, K, B, C, H, W); ``y``: (m, K, B);
@@ -321,12 +321,17 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
     sequential calls (``benchmarks/RESULTS.md``); the chunk changes results only by floating-point
     round-off. On a CPU (but for ``mlp_sgd``) the chunks are spread over one thread a core, each operation
     single-threaded (``dpfl.federated.threads``): the same bits whatever the core count; ``anchor``: the point of the
-    proximal term when ``cfg.prox > 0`` (one model, shared by all clients). Returns the new (params, state).
+    proximal term (one model, shared by all clients); ``prox``: per-client λ of that term (m,) (default
+    ``cfg.prox``), so that clients with different λ — Ditto's privacy groups and its sets of λ — train in one
+    call. Returns the new (params, state).
     """
-    if cfg.prox and anchor is None:
-        raise ValueError("anchor is required when cfg.prox > 0 (the model the proximal term pulls toward)")
-    anchor = anchor if cfg.prox else {}
     m, steps, batch = y.shape
+    prox = np.full(m, cfg.prox) if prox is None else np.asarray(prox, dtype=np.float64)
+    if prox.shape != (m,):
+        raise ValueError(f"prox must hold one λ per client: shape {prox.shape} for {m} clients")
+    checks.nonnegative("prox", float(prox.min(initial=0.0)))
+    if prox.any() and anchor is None:
+        raise ValueError("anchor is required when prox > 0 (the model the proximal term pulls toward)")
     if len(generators) != m:
         raise ValueError(f"need one generator per client: {len(generators)} for {m} clients")
     if tuple(x.shape[3:]) != tuple(model.input_shape):
@@ -341,6 +346,7 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
                          "and copied to the other every step)")
     lr = (torch.full((m,), cfg.lr, dtype=dtype, device=device) if lr is None
           else torch.as_tensor(lr, dtype=dtype, device=device))
+    prox = torch.as_tensor(prox, device=device) if prox.any() else None     # float64: mlp_sgd's coefficients
     by_hand = mlp_sgd.applies(model, cfg)           # no masks, no noise: the same numbers by hand, faster
     if chunk is None:
         chunk = m if first.is_cuda else (min(m, CPU_MLP_CHUNK) if by_hand else 1)
@@ -360,16 +366,18 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
         for sl in slices:
             gens = generators[sl]
             if by_hand:
-                put(new_params, sl, mlp_sgd.sgd_steps(model, cfg, take(params, sl), x[sl], y[sl], lr[sl], anchor))
+                put(new_params, sl, mlp_sgd.sgd_steps(model, cfg, take(params, sl), x[sl], y[sl], lr[sl],
+                                                      None if prox is None else prox[sl], anchor))
                 continue
             put(new_params, sl, take(params, sl))
             put(new_state, sl, take(state, sl))
             p, st = take(new_params, sl), take(new_state, sl)      # views of the output: trained in place
+            lam = None if prox is None else prox[sl].to(dtype)
             work = take(scratch, slice(0, len(gens)))
             for k in range(steps):
                 masks = model.masks(batch, gens) or {}
-                step_fn(p, st, x[sl, k], y[sl, k], masks, step_noise(shapes, gens) if cfg.dp else None, lr[sl], anchor,
-                        work)
+                step_fn(p, st, x[sl, k], y[sl, k], masks, step_noise(shapes, gens) if cfg.dp else None, lr[sl],
+                        lam, anchor, work)
 
     threads.by_chunks(train, m, chunk, side_by_side=not (first.is_cuda or by_hand))
     return new_params, new_state

@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import numpy as np
 
 from dpfl import checks
 from dpfl.federated.local import LocalConfig, init_state, local_train
@@ -23,12 +24,17 @@ def interpolate(local: dict, global_: dict, alpha: float) -> dict:
     return {k: (1 - alpha) * v + alpha * global_[k] for k, v in local.items()}
 
 
-def ditto(model: Model, personal: dict, global_: dict, x, y, generators: list, *, lam: float, lr: float,
+def ditto(model: Model, personal: dict, global_: dict, x, y, generators: list, *, lam, lr: float,
           optimizer: str = "sgd", chunk: int | None = None) -> dict:
     """Ditto's personal update for the participating clients (stacked ``personal``, (m, …)):
-    K steps of ``optimizer`` on the local loss plus λ/2·‖v − global‖² (non-private; see module doc)."""
-    checks.nonnegative("lam", lam)
-    cfg = LocalConfig(optimizer=optimizer, lr=lr, prox=lam)
+    K steps of ``optimizer`` on the local loss plus λ/2·‖v − global‖² (non-private; see module doc).
+    ``lam``: one λ, or one per client (m,), so clients with different λ train in one call."""
+    m, lams = y.shape[0], np.asarray(lam, dtype=np.float64)
+    lams = np.full(m, float(lams)) if lams.ndim == 0 else lams
+    if lams.shape != (m,):
+        raise ValueError(f"lam must be one λ or one per client ({m}); got shape {lams.shape}")
+    checks.nonnegative("lam", float(lams.min(initial=0.0)))
+    cfg = LocalConfig(optimizer=optimizer, lr=lr)
     new, _ = local_train(model, cfg, personal, init_state(personal, cfg), x, y, generators, chunk=chunk,
-                         anchor=global_ if lam else None)
+                         anchor=global_, prox=lams)
     return new
