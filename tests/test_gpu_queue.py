@@ -22,8 +22,8 @@ def commands() -> list[tuple[str, str, str]]:
         experiment = experiment or "zheng2021"
         if only != "ONLY":                                     # the usage line's placeholder
             found.append((experiment, "cells" if experiment == "zheng2021" else "paper", only))
-    for experiment, rest in re.findall(r"python3? -m dpfl\.experiments\.(\w+) ([^`]*)", QUEUE):
-        words = shlex.split(rest.split("|")[0].split(";")[0].split("2>&1")[0])
+    for experiment, rest in re.findall(r"python3?\s+-m\s+dpfl\.experiments\.(\w+)\s+([^`|;]*)", QUEUE):   # each invocation
+        words = shlex.split(rest.split("2>&1")[0])
         if "--only" in words:
             profile = words[words.index("--profile") + 1] if "--profile" in words else "paper"
             found.append((experiment, profile, words[words.index("--only") + 1]))
@@ -34,7 +34,8 @@ def test_the_queue_has_commands_to_check():
     """The parser finds the queue's commands (a rewording must not leave this test checking nothing)."""
     found = commands()
     assert ("zheng2021", "cells", "p=0.25 σ=1.0 B=16") in found
-    assert ("aldaghri_fedhdp_fl", "paper", "femnist") in found
+    assert ("aldaghri_fedhdp_fl", "paper", "femnist FedHDP r=0.") in found        # both of a call's side-by-side runs
+    assert ("aldaghri_fedhdp_fl", "paper", "DP-FedAvg") in found
     assert {experiment for experiment, _, _ in found} == PAPERS
 
 
