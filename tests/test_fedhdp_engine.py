@@ -107,3 +107,30 @@ def test_each_set_of_lambdas_trains_as_alone_with_dropout(mnist_shards):
             assert same(both.state["global"][k], alone.state["global"][k])
     moved = both.state["personal"]["fc1.weight"] - both.state["variants"][0]["personal"]["fc1.weight"]
     assert float(moved.abs().max()) > 1e-3
+
+
+def test_a_rounds_operations_do_not_grow_with_the_sets_of_lambda(mnist_shards):
+    """At the GPU's chunking (every client in one vmapped call) Ditto's three sets of λ cost a step only the extra
+    copies' mask draws (one per client and step), not two more training calls: what the per-step operations of
+    personalisation gain from the extra sets does not grow with the local steps (a FEMNIST unit's step: 980 → 554
+    operations, docs/aldaghri_fedhdp.md)."""
+    from dpfl.opcount import OpCounter
+
+    class Counted(FedHDP):
+        def personalise(self, *args):
+            with OpCounter() as self.count:
+                super().personalise(*args)
+
+    groups, m = np.array([0, 1] * 4), 6
+    extra = {}
+    for steps in (2, 4):
+        counts = []
+        for extra_lams in ((), ((0.0, 1.0), (2.0, 0.5))):
+            algo = Counted(FEMNIST_CNN, _cfg(lams=(0.1, 0.2), extra_lams=extra_lams, noise_multipliers=(0.0, 1.0),
+                                             ratios=(1.0, 0.5), count_noise_frac=1.0, rounds=1, local_steps=steps,
+                                             sampler=FixedClients(m), chunk=64), groups)
+            run(algo, mnist_shards, progress=False, device=DEVICE)
+            counts.append(algo.count)
+        assert counts[1].draws - counts[0].draws == 2 * m * steps        # the two extra copies' masks
+        extra[steps] = (counts[1].ops - counts[1].draws) - (counts[0].ops - counts[0].draws)
+    assert extra[2] == extra[4] and extra[2] < 100, extra               # a few per set (copying the models), none per step
