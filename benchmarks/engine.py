@@ -30,7 +30,8 @@
 (d) kernel launches per round: the ATen operations (each one kernel launch on a GPU) and the random
     draws of one round of C clients, counted with a ``TorchDispatchMode``, against the per-tensor draw
     pattern the engine had before (8 ``randn`` for the noise + 2 × (full, bernoulli, div) for the
-    dropout masks, per client and step).
+    dropout masks, per client and step); and a local step of Ditto's personalisation with a FedHDP grid row's three
+    sets of λ (FEMNIST's CNN), in one call with a λ per client against one call per set.
 Writes the head of ``benchmarks/RESULTS.md`` with the machine's details (``results.write_head``), keeping its sections (the
 peers' and cluster tables, rows measured apart). Run: ``make bench``.
 """
@@ -319,6 +320,29 @@ def launches_per_round(clients=10, steps=2, batch=16) -> dict:
     return {"ops_now": now.ops, "rng_now": now.draws, "ops_before": old_total, "rng_before": before.draws}
 
 
+def ditto_launches_per_step(clients=10, lams=(0.05, 0.2, 1.0), batch=20) -> dict:
+    """ATen ops of one local step of Ditto's personalisation (FEMNIST's CNN, SGD, every client in one vmapped call:
+    the GPU path) for ``clients`` clients and the sets of λ a FedHDP grid row trains together: in one call with a λ per
+    client (what ``FedHDP.personalise`` does) and as one call per set (what it did before 2026-12-03); per step,
+    from calls of 2 and 4 steps."""
+    from dpfl.federated.personalize import ditto
+    from dpfl.models import FEMNIST_CNN
+
+    def ops(steps: int, sets) -> int:
+        total = 0
+        for lam in sets:                              # lam: one per client of the call
+            stacked, x, y = _setup(FEMNIST_CNN, len(lam), steps, batch)
+            with OpCounter() as count:
+                ditto(FEMNIST_CNN, stacked, {k: v[0] for k, v in stacked.items()}, x, y,
+                      client_generators(0, 0, range(len(lam)), device=DEVICE), lam=lam, lr=0.1, chunk=len(lam))
+            total += count.ops
+        return total
+
+    one_call = [[lam for lam in lams for _ in range(clients)]]
+    per_set = [[lam] * clients for lam in lams]
+    return {name: (ops(4, sets) - ops(2, sets)) / 2 for name, sets in (("one call", one_call), ("per set", per_set))}
+
+
 def main():
     torch.manual_seed(0)
     rows = []
@@ -373,6 +397,7 @@ def main():
     per_client = (m_large - m_small) / (large - small)
     table = pd.DataFrame(rows, columns=["what", "baseline (s)", "measured (s)", "ratio", "goal"])
     counts = launches_per_round()
+    ditto_ops = ditto_launches_per_step()
     text = (f"# Engine benchmarks\n\n{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
             f"commit {git_commit()[:12]}, {device_name()}, {platform.processor() or platform.machine()}, "
             f"torch {torch.__version__}, {torch.get_num_threads()} threads.\n\n"
@@ -395,7 +420,10 @@ def main():
               f"(kernel launches on a GPU), {counts['rng_now']} of them random draws; with the previous per-tensor "
               f"draws {counts['ops_before']} operations, {counts['rng_before']} draws "
               f"(×{counts['rng_before'] / max(counts['rng_now'], 1):.0f} fewer draws, "
-              f"×{counts['ops_before'] / counts['ops_now']:.2f} fewer operations).\n")
+              f"×{counts['ops_before'] / counts['ops_now']:.2f} fewer operations). Ditto's three sets of λ for 10 "
+              f"FEMNIST-CNN clients (SGD, B=20) on that path: {ditto_ops['one call']:.0f} operations a local step in one "
+              f"call with a λ per client, {ditto_ops['per set']:.0f} in one call per set "
+              f"(×{ditto_ops['per set'] / ditto_ops['one call']:.2f}).\n")
     print(text)
     results.write_head(text)
 
