@@ -197,7 +197,7 @@ class FedHDP(ServerDP):
         variants = self._variants()
         idx = torch.as_tensor(r.selected, device=r.device)
         personal = {k: torch.cat([part["personal"][k][idx] for _, _, part in variants]) for k in anchor}
-        lams = np.concatenate([np.asarray(lams, dtype=np.float64)[groups] for _, lams, _ in variants])
+        lams = np.concatenate([np.asarray(set_, dtype=np.float64)[groups] for _, set_, _ in variants])
         replicas = [torch.Generator(g.device) for _ in variants[1:] for g in gens]
         for copy, g in zip(replicas, gens * (len(variants) - 1)):
             copy.set_state(g.get_state())

@@ -326,11 +326,11 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
     call. Returns the new (params, state).
     """
     m, steps, batch = y.shape
-    prox = np.full(m, cfg.prox) if prox is None else np.asarray(prox, dtype=np.float64)
-    if prox.shape != (m,):
-        raise ValueError(f"prox must hold one λ per client: shape {prox.shape} for {m} clients")
-    checks.nonnegative("prox", float(prox.min(initial=0.0)))
-    if prox.any() and anchor is None:
+    lams = np.full(m, cfg.prox) if prox is None else np.asarray(prox, dtype=np.float64)
+    if lams.shape != (m,):
+        raise ValueError(f"prox must hold one λ per client: shape {lams.shape} for {m} clients")
+    checks.nonnegative("prox", float(lams.min(initial=0.0)))
+    if lams.any() and anchor is None:
         raise ValueError("anchor is required when prox > 0 (the model the proximal term pulls toward)")
     if len(generators) != m:
         raise ValueError(f"need one generator per client: {len(generators)} for {m} clients")
@@ -346,7 +346,7 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
                          "and copied to the other every step)")
     lr = (torch.full((m,), cfg.lr, dtype=dtype, device=device) if lr is None
           else torch.as_tensor(lr, dtype=dtype, device=device))
-    prox = torch.as_tensor(prox, device=device) if prox.any() else None     # float64: mlp_sgd's coefficients
+    prox_t = torch.as_tensor(lams, device=device) if lams.any() else None     # float64: mlp_sgd's coefficients
     by_hand = mlp_sgd.applies(model, cfg)           # no masks, no noise: the same numbers by hand, faster
     if chunk is None:
         chunk = m if first.is_cuda else (min(m, CPU_MLP_CHUNK) if by_hand else 1)
@@ -367,12 +367,12 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
             gens = generators[sl]
             if by_hand:
                 put(new_params, sl, mlp_sgd.sgd_steps(model, cfg, take(params, sl), x[sl], y[sl], lr[sl],
-                                                      None if prox is None else prox[sl], anchor))
+                                                      None if prox_t is None else prox_t[sl], anchor))
                 continue
             put(new_params, sl, take(params, sl))
             put(new_state, sl, take(state, sl))
             p, st = take(new_params, sl), take(new_state, sl)      # views of the output: trained in place
-            lam = None if prox is None else prox[sl].to(dtype)
+            lam = None if prox_t is None else prox_t[sl].to(dtype)
             work = take(scratch, slice(0, len(gens)))
             for k in range(steps):
                 masks = model.masks(batch, gens) or {}
