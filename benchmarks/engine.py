@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -50,10 +51,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from dpfl.device import configure
-from dpfl.federated import server, threads
+from dpfl.federated import graphs, server, threads
 from dpfl.federated.evaluate import GPU_EVAL_CHUNK, accuracy
 from dpfl.federated.local import CONV_ROUTES, LocalConfig, client_generators, init_state, local_train, updates_from
-from dpfl.models import CIFAR_CNN, GEYER_MLP, MNIST_CNN
+from dpfl.models import CIFAR_CNN, FEMNIST_CNN, GEYER_MLP, MNIST_CNN
 from dpfl.opcount import OpCounter
 from dpfl.provenance import device_name, git_commit
 from peers import TorchMnistCNN          # benchmarks/: the same nn.Module as the peers' Opacus clients
@@ -326,7 +327,6 @@ def ditto_launches_per_step(clients=10, lams=(0.05, 0.2, 1.0), batch=20) -> dict
     client (what ``FedHDP.personalise`` does) and as one call per set (what it did before 2026-12-03); per step,
     from calls of 2 and 4 steps."""
     from dpfl.federated.personalize import ditto
-    from dpfl.models import FEMNIST_CNN
 
     def ops(steps: int, sets) -> int:
         total = 0
@@ -341,6 +341,23 @@ def ditto_launches_per_step(clients=10, lams=(0.05, 0.2, 1.0), batch=20) -> dict
     one_call = [[lam for lam in lams for _ in range(clients)]]
     per_set = [[lam] * clients for lam in lams]
     return {name: (ops(4, sets) - ops(2, sets)) / 2 for name, sets in (("one call", one_call), ("per set", per_set))}
+
+
+def graph_times(model, clients, steps, batch, cfg) -> dict:
+    """Seconds of one ``local_train`` call (best of 3) with eager steps and with each chunk's steps replayed as a
+    CUDA graph (``dpfl.federated.graphs``; a GPU only)."""
+    train, _, _ = one_round(clients, steps, batch, model)
+    before = os.environ.get(graphs.FLAG)
+    out = {}
+    try:
+        for name, flag in (("eager", "0"), ("graphs", "1")):
+            os.environ[graphs.FLAG] = flag
+            out[name] = best(lambda: train(cfg), 3, DEVICE)
+    finally:
+        os.environ.pop(graphs.FLAG)
+        if before is not None:
+            os.environ[graphs.FLAG] = before
+    return out
 
 
 def main():
@@ -392,6 +409,14 @@ def main():
         rows.append((f"(k) {what}: {size} images a call in turn on torch's {torch.get_num_threads()} intra-op threads / "
                      "the default chunks side by side, one thread a core", now, before, before / now,
                      "> 1 on a multi-core CPU"))
+    if DEVICE == "cuda":
+        for model, clients, steps, batch, cfg, what in (
+                (FEMNIST_CNN, 30, 20, 20, LocalConfig(optimizer="sgd", lr=0.02), "SGD steps of B=20 with dropout"),
+                (MNIST_CNN, 100, 10, 16, LocalConfig(dp=True, noise_multiplier=1.0), "DP-SGD steps of B=16")):
+            t = graph_times(model, clients, steps, batch, cfg)
+            rows.append((f"(l) local_train with eager steps / replayed as a CUDA graph, {clients} {model.name} clients × "
+                         f"{steps} {what}", t["graphs"], t["eager"], t["eager"] / t["graphs"],
+                         "> 1 (the same bits: tests/test_cuda_graphs.py)"))
     small, large = 10, 50
     m_small, m_large = _fresh_round(small)["peak_mib"], _fresh_round(large)["peak_mib"]
     per_client = (m_large - m_small) / (large - small)
@@ -406,7 +431,8 @@ def main():
             "ours (higher is better for us); (f): seconds per round, the baseline the other route; (g): seconds "
             "per round, the baseline the round with freed memory kept; (h): seconds of training, the baseline the shared "
             "training; (i): seconds per evaluation, the baseline one client a call; (j): seconds per CPU round, the "
-            "baseline the clients side by side; (k): seconds per call, the baseline the chunks side by side.\n\n"
+            "baseline the clients side by side; (k): seconds per call, the baseline the chunks side by side; (l): seconds "
+            "per call, the baseline the graph's replays (a GPU only).\n\n"
             + table.to_markdown(index=False, floatfmt=".3g")
             + f"\n\n(c) peak memory of a process training one round of MnistCNN clients (2 DP-SGD steps, B=16; "
               f"{'GPU max_memory_allocated' if DEVICE == 'cuda' else 'CPU peak RSS, VmHWM'}): {m_small:.0f} MiB at "

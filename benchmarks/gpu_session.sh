@@ -14,7 +14,7 @@
 T0=$SECONDS
 TESTS=${1:-300}; TOTAL=${2:-575}; ROUTE=${3:-ghost}; ONLY=${4:-}
 DEV=${DPFL_GPU_DEVICE:-cuda}
-TEST_FILES=${DPFL_GPU_TESTS:-tests/test_local.py tests/test_loop.py tests/test_fedhdp_engine.py tests/test_zheng_experiment.py tests/test_geyer.py tests/test_notebooks.py}
+TEST_FILES=${DPFL_GPU_TESTS:-tests/test_cuda_graphs.py tests/test_local.py tests/test_loop.py tests/test_fedhdp_engine.py tests/test_zheng_experiment.py tests/test_geyer.py tests/test_notebooks.py}
 if [ "$DEV" = cuda ]; then           # the wheels the GPU image lacks (benchmarks/gpu_wheels.py); a CPU has its venv
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     2> $OUT/device.txt || exit 1

@@ -41,6 +41,8 @@ def describe(device=None) -> dict:
     CUDA and cuDNN versions and the precision flags; for a CPU the machine, its model and SIMD level, and torch version."""
     import torch
 
+    from dpfl.federated import graphs
+
     info = {"torch": torch.__version__}
     dev = torch.device(device) if device is not None else None
     if dev is not None and dev.type == "cuda" and torch.cuda.is_available():
@@ -48,7 +50,8 @@ def describe(device=None) -> dict:
         info.update(gpu=props.name, sm_count=props.multi_processor_count,
                     gpu_memory_gib=round(props.total_memory / 2 ** 30, 1), cuda=torch.version.cuda,
                     cudnn=torch.backends.cudnn.version(), cudnn_deterministic=torch.backends.cudnn.deterministic,
-                    tf32=bool(torch.backends.cudnn.allow_tf32 or torch.backends.cuda.matmul.allow_tf32))
+                    tf32=bool(torch.backends.cudnn.allow_tf32 or torch.backends.cuda.matmul.allow_tf32),
+                    cuda_graphs=graphs.enabled(dev))             # the same bits (tests/test_cuda_graphs.py); recorded
     else:
         info.update(cpu=platform.machine(), cpu_model=cpu_model(), simd=torch.backends.cpu.get_cpu_capability(),
                     cores=os.cpu_count(), threads=torch.get_num_threads())

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch.func import grad, vmap
 
 from dpfl import checks
-from dpfl.federated import mlp_sgd, threads
+from dpfl.federated import graphs, mlp_sgd, threads
 from dpfl.models import Model, Tap, im2col
 
 __all__ = ["CONV_ROUTES", "LocalConfig", "init_state", "local_train", "updates_from", "client_generators", "step_noise",
@@ -348,6 +348,7 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
           else torch.as_tensor(lr, dtype=dtype, device=device))
     prox_t = torch.as_tensor(lams, device=device) if lams.any() else None     # float64: mlp_sgd's coefficients
     by_hand = mlp_sgd.applies(model, cfg)           # no masks, no noise: the same numbers by hand, faster
+    graph = graphs.enabled(device) and not by_hand  # replay each chunk's steps as a CUDA graph (DPFL_CUDA_GRAPHS)
     if chunk is None:
         chunk = m if first.is_cuda else (min(m, CPU_MLP_CHUNK) if by_hand else 1)
     chunk = checks.positive_int("chunk", chunk)
@@ -372,12 +373,15 @@ def local_train(model: Model, cfg: LocalConfig, params: dict, state: dict, x, y,
             put(new_params, sl, take(params, sl))
             put(new_state, sl, take(state, sl))
             p, st = take(new_params, sl), take(new_state, sl)      # views of the output: trained in place
-            lam = None if prox_t is None else prox_t[sl].to(dtype)
+            lr_, lam = lr[sl], None if prox_t is None else prox_t[sl].to(dtype)
             work = take(scratch, slice(0, len(gens)))
-            for k in range(steps):
+
+            def one_step(b):                           # run at once (graphs.run_steps): the loop's names are current
                 masks = model.masks(batch, gens) or {}
-                step_fn(p, st, x[sl, k], y[sl, k], masks, step_noise(shapes, gens) if cfg.dp else None, lr[sl],
-                        lam, anchor, work)
+                step_fn(p, st, b["x"], b["y"], masks, step_noise(shapes, gens) if cfg.dp else None, lr_, lam, anchor,
+                        work)
+
+            graphs.run_steps(one_step, lambda k: {"x": x[sl, k], "y": y[sl, k]}, steps, gens, graph)
 
     threads.by_chunks(train, m, chunk, side_by_side=not (first.is_cuda or by_hand))
     return new_params, new_state
