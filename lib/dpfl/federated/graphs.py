@@ -60,9 +60,9 @@ def warm_capture(body, generators):
 def run_steps(step, inputs, steps: int, generators, graph: bool) -> None:
     """Local steps 0 … ``steps`` − 1: ``step(batch)`` runs one step on ``batch = inputs(k)`` ({name: tensor}).
 
-    Eager (``graph`` false, or a single step): ``step(inputs(k))`` for each k. With ``graph``: step 0 runs eagerly
-    while it is captured (:func:`warm_capture`), reading fixed copies of its batch; each later step copies its
-    batch into them and replays the graph."""
+    Eager (``graph`` false, or a single step): ``step(inputs(k))`` for each k. With ``graph``: step 0 runs eagerly on
+    fixed copies of its batch, then its kernels are captured (:func:`warm_capture`); each later step copies its batch
+    into those copies and replays the graph."""
     if not graph or steps < 2:
         for k in range(steps):
             step(inputs(k))
