@@ -7,6 +7,7 @@
 # (default), "unfold", "grouped", "matmul" or "auto" (benchmarks/route.py measures the four, ≈ 20 s, and picks CIFAR-10's
 # route when ONLY names cifar10, MNIST's otherwise, at the clients a round of ONLY's p holds; a later call on the warm
 # machine reuses it); ONLY: --only for the cells.
+# The cells run with CUDA graphs (DPFL_CUDA_GRAPHS=1) only if the tests ran and tests/test_cuda_graphs.py passed on the GPU.
 # Finished runs are also kept in /tmp/keep and checkpoints in /tmp/ckpt, so that a next call on the same
 # warm machine goes on from them. First used on 2026-11-26 (benchmarks/gpu/2026-11-26/README.md).
 # DPFL_GPU_PROFILE=1: profile every per-sample route after the tests (profile_routes.txt / .json come back).
@@ -26,6 +27,11 @@ if [ "$TESTS" -gt 0 ]; then
   DPFL_TEST_DEVICE=$DEV timeout "$TESTS" python3 -m pytest -v -n 4 -p no:cacheprovider $TEST_FILES -k "not aldaghri" \
     > $OUT/cuda-tests.log 2>&1
   echo "pytest rc=$? after $((SECONDS - T0)) s" >> $OUT/cuda-tests.log
+fi
+# The cells replay their local steps as CUDA graphs only where this call's tests showed the graphs giving the eager
+# bits on this GPU (all 4 cases of tests/test_cuda_graphs.py passed; lib/dpfl/federated/graphs.py)
+if [ "$(grep -c 'PASSED tests/test_cuda_graphs.py::test_cuda_graphs_give_the_eager_bits' $OUT/cuda-tests.log 2>/dev/null)" = 4 ]; then
+  export DPFL_CUDA_GRAPHS=1; echo "CUDA graphs on (tests/test_cuda_graphs.py passed)" >> $OUT/zheng.log
 fi
 if [ -n "$DPFL_GPU_PROFILE" ]; then    # where a round's time goes with each route (benchmarks/profile_routes.py)
   timeout 120 python3 benchmarks/profile_routes.py --out $OUT >> $OUT/cuda-tests.log 2>&1   # 8 files at most come back
