@@ -289,12 +289,12 @@ def _synthetic_cell(config, R: int, target: float, reached: float = 0.002) -> pd
 @pytest.mark.notebook
 def test_zheng_notebook_reads_table_2_and_3_cells_at_the_papers_setting(tmp_path):
     """The notebook's path for whatever of Tables 2 and 3 is not yet computed at the paper's setting, run on test-only
-    stand-ins in a copy of the cache, so that it works before the real runs land (on 2026-11-28 Table 2's σ = 0.9 and 1
-    and all of Table 3 but p = 1, σ = 0.5 were missing; since 2026-12-02 14:46 only the p = 0.5, σ = 1 cell's twin is):
-    Table 2's missing B = 8 cells at R = 1.39 × our B = 16 cell's (so that §4's ratios are near the paper's); a missing
-    Table 3 cell at the paper's R, and every missing twin at its cell's R. Their rows leave the pending list, Table 2's
-    ratios are compared, a real cell keeps its own device, and the CIFAR-10 rows on the JPEG copy are "reduced". Once
-    every run is real, it checks the same of the complete tables."""
+    stand-ins in a copy of the cache, so that it works on a cache that is being filled (on 2026-11-28 Table 2's σ = 0.9
+    and 1 and all of Table 3 but p = 1, σ = 0.5 were missing): Table 2's missing B = 8 cells at R = 1.39 × our B = 16
+    cell's (so that §4's ratios are near the paper's); a missing Table 3 cell at the paper's R, and every missing twin at
+    its cell's R. Their rows leave the pending list, Table 2's ratios are compared, a real cell keeps its own device, and
+    the CIFAR-10 rows on the JPEG copy are "reduced". Every cell is computed since 2026-12-03, so that the stand-in path
+    still runs, the copy first loses Table 2's and Table 3's p = 0.5, σ = 1 cells (Table 3's twin stays: it is shared)."""
     from dpfl.experiments import zheng2021 as zx
     from dpfl.runs import Cache, Result
 
@@ -302,6 +302,9 @@ def test_zheng_notebook_reads_table_2_and_3_cells_at_the_papers_setting(tmp_path
     cache = Cache(tmp_path / "zheng2021" / "cache")
     shutil.copytree(ROOT / "figures" / "zheng2021" / "cache", cache.root, ignore=shutil.ignore_patterns("checkpoints"))
     common = dict(data_dir=str(data_dir))
+    for table in ("2", "3"):
+        dropped = cache.path(zx.cached_cells(cache, table, **common)[(0.5, 1.0)][0])
+        dropped.unlink(), dropped.with_suffix(".json").unlink()
     table1 = zx.cached_cells(cache, "1", **common)
     real2 = zx.cached_cells(cache, "2", **common)
     synthetic = {"device": "test (synthetic stand-in)"}
@@ -338,6 +341,10 @@ def test_zheng_notebook_reads_table_2_and_3_cells_at_the_papers_setting(tmp_path
     t2 = pd.read_csv(out / "table2_batch_size_paper_cells.csv")
     assert sorted(t2["R paper (to 90%)"]) == [191, 229, 266]
     real = t2["σ"].isin([s for _, s in real2])
-    assert real.sum() == len(real2) >= 1 and (t2["computed on"][~real] == synthetic["device"]).all()
+    assert real.sum() == len(real2) == 2 and (t2["computed on"][~real] == synthetic["device"]).all()
     assert not t2["computed on"][real].str.startswith("test").any()
+    t3 = pd.read_csv(next(out.glob("table3_cifar10_paper_cells*.csv")))
+    stood_in = t3["computed on"].str.startswith(synthetic["device"])        # the cell, beside its real twin
+    assert t3[stood_in][["p", "σ"]].values.tolist() == [[0.5, 1.0]]
+    assert t3["computed on"][stood_in].str.contains("; twin cpu").all()
     assert list(out.glob("table2_paper_cells_curves.png")) and list(out.glob("table3_paper_cells_curves*.png"))
