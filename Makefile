@@ -63,6 +63,8 @@ bench: $(STAMP) ## speed and memory benchmarks (ratios against a baseline in the
 	$(PY) benchmarks/cluster.py
 
 status: $(STAMP) ## which paper-scale runs are cached and which are missing (a checkpoint's rounds, hours left, accuracy); computes nothing
+	@$(PY) -c "from dpfl.data import datasets as d; print('== data:', d.data_root(), '(DPFL_DATA; a run is keyed by the' \
+	  ' copy it reads: CIFAR-10 here is', repr(d.source_of('cifar10')) + ', FEMNIST', repr(d.source_of('femnist')) + ')')"
 	@for grid in "zheng2021 --profile cells" "zheng2021 --profile paper" "geyer2017 --profile paper" \
 	             "aldaghri_fedhdp_fl --profile paper"; do \
 	  echo "== python -m dpfl.experiments.$$grid --list"; \
