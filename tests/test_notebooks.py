@@ -304,7 +304,8 @@ def test_zheng_notebook_reads_table_2_and_3_cells_at_the_papers_setting(tmp_path
     common = dict(data_dir=str(data_dir))
     for table in ("2", "3"):
         dropped = cache.path(zx.cached_cells(cache, table, **common)[(0.5, 1.0)][0])
-        dropped.unlink(), dropped.with_suffix(".json").unlink()
+        dropped.unlink()
+        dropped.with_suffix(".json").unlink()
     table1 = zx.cached_cells(cache, "1", **common)
     real2 = zx.cached_cells(cache, "2", **common)
     synthetic = {"device": "test (synthetic stand-in)"}
