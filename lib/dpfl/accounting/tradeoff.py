@@ -21,7 +21,6 @@ import math
 from typing import Callable
 
 import numpy as np
-from scipy.special import logsumexp
 from scipy.stats import norm
 
 from dpfl import checks
@@ -238,7 +237,7 @@ def _from_pmf(name: str, i_lo: int, pmf: np.ndarray, inf_mass: float, h: float) 
 
     def tails():
         """Q(L > ℓ_i) and P(L > ℓ_i) = Σ_{ℓ_j > ℓ_i} q_j e^{−ℓ_j}, computed on first use."""
-        if not cache:
+        if "q" not in cache:
             with np.errstate(divide="ignore"):
                 p_mass = np.exp(np.log(pmf) - grid)
             cache["q"] = np.concatenate([np.cumsum(pmf[::-1])[::-1], [0.0]]) + inf_mass
@@ -251,13 +250,16 @@ def _from_pmf(name: str, i_lo: int, pmf: np.ndarray, inf_mass: float, h: float) 
     survival_q = lambda l: np.minimum(tails()[0][index(l)], 1.0)
     survival_p = lambda l: np.minimum(tails()[1][index(l)], 1.0)
 
-    def fn(a):
-        # The trade-off curve of the discrete pair: the points (P(L > ℓ_i), 1 − Q(L > ℓ_i))
-        # joined linearly, in increasing α.
-        sq, sp = tails()
-        alphas = np.minimum(np.maximum.accumulate(np.concatenate([[0.0], sp[::-1][1:], [1.0]])), 1.0)
-        betas = np.concatenate([[1.0 - sq[-1]], 1.0 - sq[::-1][1:], [0.0]])
-        return np.interp(a, alphas, betas)
+    def knots():
+        """The trade-off curve of the discrete pair: the points (P(L > ℓ_i), 1 − Q(L > ℓ_i)) in
+        increasing α, computed on first use."""
+        if "knots" not in cache:
+            sq, sp = tails()
+            alphas = np.minimum(np.maximum.accumulate(np.concatenate([[0.0], sp[::-1][1:], [1.0]])), 1.0)
+            cache["knots"] = alphas, np.concatenate([[1.0 - sq[-1]], 1.0 - sq[::-1][1:], [0.0]])
+        return cache["knots"]
+
+    fn = lambda a: np.interp(a, *knots())     # the knots joined linearly
 
     return TradeOff(name, fn, survival_q, survival_p, (grid[0], grid[-1]))
 
@@ -282,20 +284,31 @@ def compose_n(f: TradeOff, k: int, *, h: float = 1e-4, pessimistic: bool = True)
     return _compose_grid([(f, k)], h, pessimistic, f"{f.name}^⊗{k}")
 
 
+def _log_mgf(x: np.ndarray, mass: np.ndarray, lambdas: np.ndarray) -> np.ndarray:
+    """log Σ_j mass_j e^{λ x_j} for each λ, shifted by the largest exponent (no overflow)."""
+    out = np.empty(lambdas.size)
+    for i, lam in enumerate(lambdas):
+        z = lam * x
+        top = float(z.max())
+        out[i] = top + math.log(float(mass @ np.exp(z - top)))
+    return out
+
+
 def _chernoff_halfwidth(pieces, h: float, log_tail: float = math.log(1e-20)) -> float:
-    """Smallest t (on a geometric grid) with both Chernoff tail bounds of the composed loss ≤ 1e-20."""
+    """Smallest t (on a geometric grid) with both Chernoff tail bounds of the composed loss ≤ 1e-20:
+    P(±(ΣL − mean) > t) ≤ min_λ exp(K(±λ) − λt), K the centred log-MGF of ΣL (upper tail at +λ, lower at −λ)."""
     lambdas = np.geomspace(1e-2, 1e2, 25)
+    signed = np.concatenate([lambdas, -lambdas])
+    cgf = np.zeros(signed.size)
+    for i_lo, pmf, k in pieces:
+        nz = np.nonzero(pmf)[0]
+        mass = pmf[nz]
+        grid = (i_lo + nz) * h
+        cgf += k * _log_mgf(grid - float(mass @ grid) / max(mass.sum(), 1e-300), mass, signed)
+    ts = np.geomspace(h, 1e4, 2000)
     worst = 0.0
-    for sign in (1.0, -1.0):
-        cgf = np.zeros_like(lambdas)
-        for i_lo, pmf, k in pieces:
-            nz = np.nonzero(pmf)[0]
-            mass = pmf[nz]
-            grid = (i_lo + nz) * h
-            x = sign * (grid - float(mass @ grid) / max(mass.sum(), 1e-300))
-            cgf += k * np.array([logsumexp(lam * x, b=mass) for lam in lambdas])
-        ts = np.geomspace(h, 1e4, 2000)
-        log_bound = np.min(cgf[None, :] - ts[:, None] * lambdas[None, :], axis=1)
+    for side in (cgf[:lambdas.size], cgf[lambdas.size:]):
+        log_bound = np.min(side[None, :] - ts[:, None] * lambdas[None, :], axis=1)
         ok = np.nonzero(log_bound <= log_tail)[0]
         worst = max(worst, ts[ok[0]] if ok.size else ts[-1])
     return worst
