@@ -12,7 +12,8 @@ with density −f′; it is determined by the law of the privacy loss L = log(dQ
 * δ(ε) = Q(L > ε) − e^ε P(L > ε) (the hockey-stick divergence; Dong et al. Prop. 2.12).
 
 Composition convolves the laws of L under Q on a grid of width ``h`` (FFT), rounding losses **up**
-so that every δ(ε) and every trade-off value we report errs on the side of less privacy.
+so that every δ(ε) and every trade-off value we report errs on the side of less privacy
+(docs/privacy-accounting.md, "Numerical composition: which way each step errs").
 """
 from __future__ import annotations
 
