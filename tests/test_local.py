@@ -522,3 +522,77 @@ def test_hand_written_mlp_sgd_equals_the_generic_path(hidden_bias, options):
         assert not torch.equal(outs[1][k], params[k])                    # it trained
     assert not mlp_sgd.applies(model, LocalConfig(optimizer="sgd", dp=True, noise_multiplier=1.0))
     assert not mlp_sgd.applies(model, LocalConfig(optimizer="adam"))
+
+
+def _relu_then_pool(h):
+    """What ``models._relu_pool`` replaced: ReLU, then PyTorch's own 2×2 max-pooling."""
+    return F.max_pool2d(F.relu(h), 2)
+
+
+def test_relu_pool_is_max_pool_of_relu_bit_for_bit_under_vmap():
+    """``models._relu_pool`` (pool, then ReLU; on a CPU by the channels-last kernel) gives ``max_pool2d(relu(h),
+    2)``'s values and gradients bit for bit: alone, under ``vmap`` over clients and over samples inside it (as
+    DP-SGD's per-sample gradients call the models), on odd sizes (the last row and column dropped), and on inputs
+    full of ties — integers, zeros and negatives, where a window's first largest entry decides the gradient."""
+    from torch.func import grad, vmap
+
+    from dpfl.models import _relu_pool
+
+    g = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(4, 3, 8, 11, 9, generator=g).to(DEVICE),                      # clients × samples × (C, H, W)
+              torch.randint(-2, 3, (4, 3, 8, 10, 7), generator=g).float().to(DEVICE),
+              torch.zeros(2, 2, 3, 4, 4, device=DEVICE)]
+    for h in inputs:
+        weights = torch.randn(h.shape[2], h.shape[3] // 2, h.shape[4] // 2, generator=g).to(DEVICE)
+        loss = lambda pool: lambda hi: (pool(hi) * weights).sum()
+        per_sample = lambda pool: vmap(vmap(grad(lambda hi: loss(pool)(hi.unsqueeze(0)))))
+        per_client = lambda pool: vmap(grad(loss(pool)))
+        for transform in (per_sample, per_client):
+            assert torch.equal(transform(_relu_pool)(h), transform(_relu_then_pool)(h))
+        flat = h.flatten(0, 1)
+        channels_last = flat.movedim(1, -1).contiguous().movedim(-1, 1)        # as CIFAR-10's images are stored
+        for layout in (flat, channels_last):
+            ours, theirs = _relu_pool(layout), _relu_then_pool(layout)
+            assert torch.equal(ours, theirs) and ours.stride() == theirs.stride()  # the next layer's kernel follows it
+        grads = []
+        for pool in (_relu_pool, _relu_then_pool):
+            leaf = flat.clone().requires_grad_()
+            loss(pool)(leaf).backward()
+            grads.append(leaf.grad)
+        assert torch.equal(*grads)
+
+
+@pytest.mark.parametrize("model", [MNIST_CNN, CIFAR_CNN, FEMNIST_CNN], ids=["mnist_cnn", "cifar_cnn", "femnist_cnn"])
+@pytest.mark.parametrize("route, dp", [("ghost", False), ("ghost", True), ("unfold", True), ("grouped", True),
+                                       ("full", True)])
+def test_local_training_is_the_same_bits_as_with_relu_then_max_pool(model, route, dp, monkeypatch):
+    """Whole local trainings (dropout, Ditto's proximal term, DP-SGD by each route) give the same parameters with
+    ``models._relu_pool`` as with the ReLU-then-``max_pool2d`` it replaced: results computed before it (the cached
+    paper-scale runs) are the ones it computes."""
+    import dpfl.models
+
+    m = 2
+    params = _stack({k: v.to(DEVICE) for k, v in model.init(torch.Generator().manual_seed(0)).items()}, m)
+    x = torch.randn(m, 2, 4, *model.input_shape, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    y = torch.randint(0, 10, (m, 2, 4), generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    cfg = LocalConfig(optimizer="sgd", lr=0.05, dp=dp, noise_multiplier=1.0 if dp else 0.0, per_sample=route,
+                      prox=0.0 if dp else 0.3)
+    anchor = {k: v[0] + 0.01 for k, v in params.items()}
+
+    def train():
+        return local_train(model, cfg, params, init_state(params, cfg), x, y,
+                           client_generators(0, 1, range(m), device=DEVICE), anchor=anchor)[0]
+
+    def evaluate(trained):                       # a forward pass of many images, the clients' own and channels-last
+        images = x.flatten(0, 2)
+        with torch.no_grad():
+            return [model.forward({k: v[0] for k, v in trained.items()}, batch, None)
+                    for batch in (images, images.movedim(1, -1).contiguous().movedim(-1, 1))]
+
+    ours = train()
+    ours_seen = evaluate(ours)
+    monkeypatch.setattr(dpfl.models, "_relu_pool", _relu_then_pool)
+    theirs = train()
+    assert all(torch.equal(ours[k], theirs[k]) for k in params)
+    assert all(torch.equal(a, b) for a, b in zip(ours_seen, evaluate(theirs)))
+    assert not all(torch.equal(ours[k], params[k]) for k in params)                  # it trained
