@@ -27,6 +27,10 @@
     images (``dpfl.data.augment.crop_flip``) and the global evaluation (``evaluate.shared_accuracy``) of the CIFAR-10 CNN
     on 6 300 test images and of MnistCNN on 8 650 (the distinct images of 100 clients' test sets): chunks side by side,
     one thread a core (the CPU's default) vs in one piece on torch's intra-op threads (the way before);
+(m) a CPU round of local training with ReLU and 2×2 max-pooling as ``dpfl.models._relu_pool`` computes them (pool, then
+    ReLU; the NCHW input pooled by PyTorch's channels-last kernel) vs ReLU then ``max_pool2d`` (the way before; the
+    same bits): 30 FEMNIST-CNN clients × 4 SGD steps of B = 20 with dropout (the FedHDP FEMNIST grid's local work),
+    50 MnistCNN clients × 4 DP-SGD steps of B = 8, 50 CIFAR-10-CNN clients × 4 Adam steps of B = 16;
 (d) kernel launches per round: the ATen operations (each one kernel launch on a GPU) and the random
     draws of one round of C clients, counted with a ``TorchDispatchMode``, against the per-tensor draw
     pattern the engine had before (8 ``randn`` for the noise + 2 × (full, bernoulli, div) for the
@@ -300,6 +304,29 @@ def around_training_times() -> dict:
     return times
 
 
+def pool_times() -> dict:
+    """(m) Seconds of a CPU ``local_train`` round per model, with ``models._relu_pool`` and with ReLU then
+    ``max_pool2d``: {label: (now, before)}."""
+    import dpfl.models
+
+    cases = {"30 FEMNIST-CNN clients × 4 SGD steps of B=20 with dropout": (FEMNIST_CNN, 30, 20, LocalConfig(optimizer="sgd", lr=0.02)),
+             "50 MnistCNN clients × 4 DP-SGD steps of B=8": (MNIST_CNN, 50, 8, LocalConfig(dp=True, noise_multiplier=2.0)),
+             "50 CIFAR-10-CNN clients × 4 Adam steps of B=16": (CIFAR_CNN, 50, 16, LocalConfig())}
+    now, times = dpfl.models._relu_pool, {}
+    for what, (model, clients, batch, cfg) in cases.items():
+        stacked, x, y = _setup(model, clients, 4, batch)
+        stacked, x, y = (t.cpu() if torch.is_tensor(t) else {k: v.cpu() for k, v in t.items()} for t in (stacked, x, y))
+        state = init_state(stacked, cfg)
+        go = lambda: local_train(model, cfg, stacked, state, x, y, client_generators(0, 0, range(clients)))
+        mine = best(go)
+        dpfl.models._relu_pool = lambda h: F.max_pool2d(F.relu(h), 2)
+        try:
+            times[what] = (mine, best(go))
+        finally:
+            dpfl.models._relu_pool = now
+    return times
+
+
 def launches_per_round(clients=10, steps=2, batch=16) -> dict:
     """ATen ops and random draws of one DP-SGD round of ``clients`` MnistCNN clients, now and with the
     previous per-tensor draws (replayed: the same shapes drawn tensor by tensor)."""
@@ -409,6 +436,9 @@ def main():
         rows.append((f"(k) {what}: {size} images a call in turn on torch's {torch.get_num_threads()} intra-op threads / "
                      "the default chunks side by side, one thread a core", now, before, before / now,
                      "> 1 on a multi-core CPU"))
+    for what, (now, before) in pool_times().items():
+        rows.append((f"(m) a CPU round of {what}: ReLU then max_pool2d / pool then ReLU, the pool by the channels-last "
+                     "kernel (dpfl.models._relu_pool; the same bits)", now, before, before / now, "> 1 on a CPU"))
     if DEVICE == "cuda":
         for model, clients, steps, batch, cfg, what in (
                 (FEMNIST_CNN, 30, 20, 20, LocalConfig(optimizer="sgd", lr=0.02), "SGD steps of B=20 with dropout"),
@@ -432,7 +462,8 @@ def main():
             "per round, the baseline the round with freed memory kept; (h): seconds of training, the baseline the shared "
             "training; (i): seconds per evaluation, the baseline one client a call; (j): seconds per CPU round, the "
             "baseline the clients side by side; (k): seconds per call, the baseline the chunks side by side; (l): seconds "
-            "per call, the baseline the graph's replays (a GPU only).\n\n"
+            "per call, the baseline the graph's replays (a GPU only); (m): seconds per CPU round, the baseline the pooling "
+            "of dpfl.models._relu_pool.\n\n"
             + table.to_markdown(index=False, floatfmt=".3g")
             + f"\n\n(c) peak memory of a process training one round of MnistCNN clients (2 DP-SGD steps, B=16; "
               f"{'GPU max_memory_allocated' if DEVICE == 'cuda' else 'CPU peak RSS, VmHWM'}): {m_small:.0f} MiB at "
