@@ -533,7 +533,8 @@ def test_relu_pool_is_max_pool_of_relu_bit_for_bit_under_vmap():
     """``models._relu_pool`` (pool, then ReLU; on a CPU by the channels-last kernel) gives ``max_pool2d(relu(h),
     2)``'s values and gradients bit for bit: alone, under ``vmap`` over clients and over samples inside it (as
     DP-SGD's per-sample gradients call the models), on odd sizes (the last row and column dropped), and on inputs
-    full of ties — integers, zeros and negatives, where a window's first largest entry decides the gradient."""
+    full of ties — integers, zeros and negatives, where a window's first largest entry decides the gradient — and
+    with NaNs."""
     from torch.func import grad, vmap
 
     from dpfl.models import _relu_pool
@@ -542,9 +543,12 @@ def test_relu_pool_is_max_pool_of_relu_bit_for_bit_under_vmap():
     inputs = [torch.randn(4, 3, 8, 11, 9, generator=g).to(DEVICE),                      # clients × samples × (C, H, W)
               torch.randint(-2, 3, (4, 3, 8, 10, 7), generator=g).float().to(DEVICE),
               torch.zeros(2, 2, 3, 4, 4, device=DEVICE)]
+    with_nans = torch.randn(2, 2, 8, 10, 7, generator=g)
+    with_nans[torch.rand(with_nans.shape, generator=g) < 0.3] = float("nan")       # a window's NaN wins, as in max_pool2d
+    inputs.append(with_nans.to(DEVICE))
     for h in inputs:
         weights = torch.randn(h.shape[2], h.shape[3] // 2, h.shape[4] // 2, generator=g).to(DEVICE)
-        loss = lambda pool: lambda hi: (pool(hi) * weights).sum()
+        loss = lambda pool: lambda hi: (pool(hi).nan_to_num() * weights).sum()
         per_sample = lambda pool: vmap(vmap(grad(lambda hi: loss(pool)(hi.unsqueeze(0)))))
         per_client = lambda pool: vmap(grad(loss(pool)))
         for transform in (per_sample, per_client):
@@ -553,7 +557,8 @@ def test_relu_pool_is_max_pool_of_relu_bit_for_bit_under_vmap():
         channels_last = flat.movedim(1, -1).contiguous().movedim(-1, 1)        # as CIFAR-10's images are stored
         for layout in (flat, channels_last):
             ours, theirs = _relu_pool(layout), _relu_then_pool(layout)
-            assert torch.equal(ours, theirs) and ours.stride() == theirs.stride()  # the next layer's kernel follows it
+            assert torch.equal(ours.isnan(), theirs.isnan()) and torch.equal(ours.nan_to_num(), theirs.nan_to_num())
+            assert ours.stride() == theirs.stride()  # the next layer's kernel follows it
         grads = []
         for pool in (_relu_pool, _relu_then_pool):
             leaf = flat.clone().requires_grad_()
