@@ -144,7 +144,8 @@ def _relu_pool(h):
     sign of a zero where a window's largest input is exactly −0.0), with ReLU on a quarter of the entries. On a CPU
     an input in the NCHW layout is pooled by PyTorch's channels-last kernel (:func:`_max_pool2`); one already in the
     channels-last layout (the CIFAR-10 images are stored so, and a convolution keeps it) by ``max_pool2d``, which
-    then runs that kernel itself and keeps the layout for the layers after it, whose kernels (and bits) depend on it."""
+    then runs that kernel itself and keeps the layout for the layers after it, whose kernels (and bits) depend on it
+    (docs/per-sample-gradients.md §3)."""
     pooled = _max_pool2(h) if h.device.type == "cpu" and h.stride(-1) == 1 else F.max_pool2d(h, 2)
     return F.relu(pooled)
 
