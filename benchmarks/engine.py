@@ -41,6 +41,7 @@ peers' and cluster tables, rows measured apart). Run: ``make bench``.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -69,12 +70,28 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 configure(DEVICE)          # the kernels the runs use (dpfl.federated.loop): deterministic cuDNN, no TF32
 
 
-def _setup(model, m, steps, batch):
+def _setup(model, m, steps, batch, device=DEVICE):
     params = model.init(torch.Generator().manual_seed(0))
-    stacked = {k: v.unsqueeze(0).repeat(m, *[1] * v.ndim).to(DEVICE) for k, v in params.items()}
-    x = torch.randn(m, steps, batch, *model.input_shape, device=DEVICE)
-    y = torch.randint(0, 10, (m, steps, batch), device=DEVICE)
+    stacked = {k: v.unsqueeze(0).repeat(m, *[1] * v.ndim).to(device) for k, v in params.items()}
+    x = torch.randn(m, steps, batch, *model.input_shape, device=device)
+    y = torch.randint(0, 10, (m, steps, batch), device=device)
     return stacked, x, y
+
+
+@contextlib.contextmanager
+def _swapped(owner, name: str, value):
+    """``owner.name`` replaced by ``value`` inside the block (a baseline timed beside the code now), restored after."""
+    now = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, now)
+
+
+def _one_at_a_time(fn, items, workers=None):
+    """``threads.spread`` as it was before it spread work over threads: every item in the calling thread."""
+    return fn(slice(0, items))
 
 
 def step_ratio(model, batch=16, steps=10):
@@ -103,11 +120,11 @@ def opacus_loop(clients, x, y, z=2.0, clip=1.0):
             opt.step()
 
 
-def one_round(clients, steps, batch, model=MNIST_CNN):
-    """(a function training one ``local_train`` round of ``clients`` clients of ``model`` under a given
-    LocalConfig, the round's batches x, y): the workload the timers and ``profile_routes.py`` share."""
-    stacked, x, y = _setup(model, clients, steps, batch)
-    gens = lambda: client_generators(0, 0, range(clients), device=DEVICE)
+def one_round(clients, steps, batch, model=MNIST_CNN, device=DEVICE):
+    """(a function training one ``local_train`` round of ``clients`` clients of ``model`` on ``device`` under a
+    given LocalConfig, the round's batches x, y): the workload the timers and ``profile_routes.py`` share."""
+    stacked, x, y = _setup(model, clients, steps, batch, device)
+    gens = lambda: client_generators(0, 0, range(clients), device=device)
     return lambda cfg: local_train(model, cfg, stacked, init_state(stacked, cfg), x, y, gens()), x, y
 
 
@@ -258,17 +275,11 @@ def eval_chunk_times(model, clients: int = 50) -> dict:
 
 def side_by_side_times(clients: int = 50, steps: int = 4, batch: int = 8) -> dict:
     """(j) Seconds of a CPU ``local_train`` round with the clients spread over threads and one at a time."""
-    cfg = LocalConfig(dp=True, noise_multiplier=2.0)
-    stacked, x, y = _setup(MNIST_CNN, clients, steps, batch)
-    stacked, x, y = (t.cpu() if torch.is_tensor(t) else {k: v.cpu() for k, v in t.items()} for t in (stacked, x, y))
-    state = init_state(stacked, cfg)
-    go = lambda: local_train(MNIST_CNN, cfg, stacked, state, x, y, client_generators(0, 0, range(clients)))
-    spread, times = threads.spread, {"side by side": best(go)}
-    threads.spread = lambda fn, items, workers=None: fn(slice(0, items))       # the way before: one at a time
-    try:
+    train, _, _ = one_round(clients, steps, batch, MNIST_CNN, device="cpu")
+    go = lambda: train(LocalConfig(dp=True, noise_multiplier=2.0))
+    times = {"side by side": best(go)}
+    with _swapped(threads, "spread", _one_at_a_time):
         times["one at a time"] = best(go)
-    finally:
-        threads.spread = spread
     return times
 
 
@@ -293,14 +304,11 @@ def around_training_times() -> dict:
                                                                                  chunk=chunk), 51200),
              **{f"shared_accuracy, {model.name}, {n} images": (global_evaluation(model, shape, n), 2000)
                 for model, shape, n in ((CIFAR_CNN, (3, 32, 32), 6300), (MNIST_CNN, (1, 28, 28), 8650))}}
-    spread, times = threads.spread, {}
+    times = {}
     for what, (go, before) in cases.items():
         side = best(go)
-        threads.spread = lambda fn, items, workers=None: fn(slice(0, items))       # the chunks in turn, as before
-        try:
+        with _swapped(threads, "spread", _one_at_a_time):                       # the chunks in turn, as before
             times[what] = (best(lambda: go(chunk=before)), side, before)
-        finally:
-            threads.spread = spread
     return times
 
 
@@ -312,18 +320,12 @@ def pool_times() -> dict:
     cases = {"30 FEMNIST-CNN clients × 4 SGD steps of B=20 with dropout": (FEMNIST_CNN, 30, 20, LocalConfig(optimizer="sgd", lr=0.02)),
              "50 MnistCNN clients × 4 DP-SGD steps of B=8": (MNIST_CNN, 50, 8, LocalConfig(dp=True, noise_multiplier=2.0)),
              "50 CIFAR-10-CNN clients × 4 Adam steps of B=16": (CIFAR_CNN, 50, 16, LocalConfig())}
-    now, times = dpfl.models._relu_pool, {}
+    times = {}
     for what, (model, clients, batch, cfg) in cases.items():
-        stacked, x, y = _setup(model, clients, 4, batch)
-        stacked, x, y = (t.cpu() if torch.is_tensor(t) else {k: v.cpu() for k, v in t.items()} for t in (stacked, x, y))
-        state = init_state(stacked, cfg)
-        go = lambda: local_train(model, cfg, stacked, state, x, y, client_generators(0, 0, range(clients)))
-        mine = best(go)
-        dpfl.models._relu_pool = lambda h: F.max_pool2d(F.relu(h), 2)
-        try:
-            times[what] = (mine, best(go))
-        finally:
-            dpfl.models._relu_pool = now
+        train, _, _ = one_round(clients, 4, batch, model, device="cpu")
+        mine = best(lambda: train(cfg))
+        with _swapped(dpfl.models, "_relu_pool", lambda h: F.max_pool2d(F.relu(h), 2)):
+            times[what] = (mine, best(lambda: train(cfg)))
     return times
 
 
