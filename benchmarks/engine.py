@@ -41,7 +41,6 @@ peers' and cluster tables, rows measured apart). Run: ``make bench``.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime
 import json
@@ -49,6 +48,7 @@ import os
 import platform
 import subprocess
 import sys
+from unittest import mock
 
 import pandas as pd
 import torch
@@ -76,17 +76,6 @@ def _setup(model, m, steps, batch, device=DEVICE):
     x = torch.randn(m, steps, batch, *model.input_shape, device=device)
     y = torch.randint(0, 10, (m, steps, batch), device=device)
     return stacked, x, y
-
-
-@contextlib.contextmanager
-def _swapped(owner, name: str, value):
-    """``owner.name`` replaced by ``value`` inside the block (a baseline timed beside the code now), restored after."""
-    now = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, now)
 
 
 def _one_at_a_time(fn, items, workers=None):
@@ -278,7 +267,7 @@ def side_by_side_times(clients: int = 50, steps: int = 4, batch: int = 8) -> dic
     train, _, _ = one_round(clients, steps, batch, MNIST_CNN, device="cpu")
     go = lambda: train(LocalConfig(dp=True, noise_multiplier=2.0))
     times = {"side by side": best(go)}
-    with _swapped(threads, "spread", _one_at_a_time):
+    with mock.patch.object(threads, "spread", _one_at_a_time):
         times["one at a time"] = best(go)
     return times
 
@@ -307,7 +296,7 @@ def around_training_times() -> dict:
     times = {}
     for what, (go, before) in cases.items():
         side = best(go)
-        with _swapped(threads, "spread", _one_at_a_time):                       # the chunks in turn, as before
+        with mock.patch.object(threads, "spread", _one_at_a_time):                       # the chunks in turn, as before
             times[what] = (best(lambda: go(chunk=before)), side, before)
     return times
 
@@ -323,9 +312,10 @@ def pool_times() -> dict:
     times = {}
     for what, (model, clients, batch, cfg) in cases.items():
         train, _, _ = one_round(clients, 4, batch, model, device="cpu")
-        mine = best(lambda: train(cfg))
-        with _swapped(dpfl.models, "_relu_pool", lambda h: F.max_pool2d(F.relu(h), 2)):
-            times[what] = (mine, best(lambda: train(cfg)))
+        go = lambda: train(cfg)
+        mine = best(go)
+        with mock.patch.object(dpfl.models, "_relu_pool", lambda h: F.max_pool2d(F.relu(h), 2)):
+            times[what] = (mine, best(go))
     return times
 
 
@@ -376,16 +366,10 @@ def graph_times(model, clients, steps, batch, cfg) -> dict:
     """Seconds of one ``local_train`` call (best of 3) with eager steps and with each chunk's steps replayed as a
     CUDA graph (``dpfl.federated.graphs``; a GPU only)."""
     train, _, _ = one_round(clients, steps, batch, model)
-    before = os.environ.get(graphs.FLAG)
     out = {}
-    try:
-        for name, flag in (("eager", "0"), ("graphs", "1")):
-            os.environ[graphs.FLAG] = flag
+    for name, flag in (("eager", "0"), ("graphs", "1")):
+        with mock.patch.dict(os.environ, {graphs.FLAG: flag}):
             out[name] = best(lambda: train(cfg), 3, DEVICE)
-    finally:
-        os.environ.pop(graphs.FLAG)
-        if before is not None:
-            os.environ[graphs.FLAG] = before
     return out
 
 
