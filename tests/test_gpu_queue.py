@@ -24,9 +24,8 @@ def commands() -> list[tuple[str, str, str]]:
             found.append((experiment, "cells" if experiment == "zheng2021" else "paper", only))
     for experiment, rest in re.findall(r"python3?\s+-m\s+dpfl\.experiments\.(\w+)\s+([^`|;]*)", QUEUE):   # each invocation
         words = shlex.split(rest.split("2>&1")[0])
-        if "--only" in words:
-            profile = words[words.index("--profile") + 1] if "--profile" in words else "paper"
-            found.append((experiment, profile, words[words.index("--only") + 1]))
+        profile = words[words.index("--profile") + 1] if "--profile" in words else "paper"
+        found += [(experiment, profile, words[k + 1]) for k, word in enumerate(words) if word == "--only"]  # each
     return list(dict.fromkeys(found))
 
 
@@ -34,8 +33,8 @@ def test_the_queue_has_commands_to_check():
     """The parser finds the queue's commands (a rewording must not leave this test checking nothing)."""
     found = commands()
     assert ("zheng2021", "cells", "p=0.25 σ=1.0 B=16") in found
-    assert ("aldaghri_fedhdp_fl", "paper", "femnist FedHDP r=0.") in found        # both of a call's side-by-side runs
-    assert ("aldaghri_fedhdp_fl", "paper", "DP-FedAvg") in found
+    for r in ("0.1", "0.25", "0.5", "0.75"):      # both side-by-side processes of a call, each naming two units
+        assert ("aldaghri_fedhdp_fl", "paper", f"femnist FedHDP r={r} ") in found
     assert {experiment for experiment, _, _ in found} == PAPERS
 
 

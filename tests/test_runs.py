@@ -485,6 +485,24 @@ def test_an_only_that_names_no_run_is_an_error_before_any_work(tmp_path, capsys)
                                                                        "--only", "σ=1.0", "--list"]) == 0
 
 
+def test_a_repeated_only_computes_the_runs_any_of_them_names_in_the_grids_order(tmp_path, capsys):
+    """``--only S1 --only S2``: one process takes several units of a grid in turn (GPU_QUEUE.md: two processes side
+    by side, each with its own units), in the grid's order whatever the options' order; each is checked on its
+    own, so one typo among them is a usage error naming it, before any work."""
+    grid = lambda profile, **_: [Cell(name=n) for n in ("r=0.1 λ=1", "r=0.25 λ=1", "r=0.5 λ=1", "r=0.75 λ=1")]
+    args = ["--profile", "p", "--device", "cpu", "--cache", str(tmp_path)]
+    CALLS.clear()
+    with pytest.raises(SystemExit) as stop:
+        runner.main("t", grid, lambda r: r.name, ["p"], str(tmp_path), [*args, "--only", "r=0.5 ", "--only", "r=0.2 "])
+    assert stop.value.code == 2 and CALLS == []
+    assert "--only 'r=0.2 ' names no run of profile 'p'" in capsys.readouterr().err
+    assert runner.main("t", grid, lambda r: r.name, ["p"], str(tmp_path), [*args, "--only", "r=0.5 ", "--only", "r=0.1 "]) == 0
+    assert CALLS == ["r=0.1 λ=1", "r=0.5 λ=1"]
+    assert runner.main("t", grid, lambda r: r.name, ["p"], str(tmp_path), [*args, "--list"]) == 3
+    assert [line.split(": ")[1] for line in capsys.readouterr().out.splitlines() if line.startswith("missing")] == [
+        "r=0.25 λ=1", "r=0.75 λ=1"]
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Mate(runner.TrainingRun):
     """A runner's run that one training computes with the other members of its ``family`` (unhashed)."""

@@ -7,7 +7,8 @@ each call adds the runs it finishes, and the next call (or the notebook) reads t
 budget and go on to the next (on a machine whose disk goes away, a partial run is lost with its
 checkpoint). ``--bundle``: the cache entries this call computed, in one archive (``tar -xzf`` it in
 the cache). ``--only S``: the runs whose name contains S, with what they call for, and the follow-ups of cached runs
-(a cell's non-private twin, say) whose name contains S. ``--checkpoints DIR``: where a run that
+(a cell's non-private twin, say) whose name contains S; repeated (``--only S1 --only S2``), those that any of them
+names, in the grid's order (one process taking several units of a grid in turn, beside another taking the others). ``--checkpoints DIR``: where a run that
 stops unfinished keeps its checkpoint, to resume from there on the next call. ``<cache>/progress.json`` says what is done,
 what is missing and what stopped the call. ``--list``: print what is cached and what is missing (with the
 checkpoint a missing run would resume from, its rounds done, the time left at its last pace and its progress metric
@@ -117,12 +118,13 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
                         help="seconds; a run still going then checkpoints and stops (exit status 3)")
     parser.add_argument("--whole-runs", action="store_true", help="skip a run as soon as it cannot finish in the budget")
     parser.add_argument("--bundle", help="write the cache entries this call computes into this .tar.gz")
-    parser.add_argument("--only", default="", help="compute only the runs whose name contains this (a cached run's follow-ups "
-                        "included), and the follow-ups of the runs it names")
+    parser.add_argument("--only", action="append", help="compute only the runs whose name contains this (a cached run's "
+                        "follow-ups included), and the follow-ups of the runs it names; repeated: those any of them names")
     parser.add_argument("--list", action="store_true", help="print what is cached and what is missing, compute nothing")
     for name, (flags, kwargs) in (options or {}).items():
         parser.add_argument(*flags, dest=name, **kwargs)
     args = parser.parse_args(argv)
+    only = args.only or [""]                   # no --only: every run
     if math.isnan(args.budget):                # it read as no budget at all (≤ 0: none left, nothing starts)
         parser.error(f"--budget must be a number of seconds (inf: no limit); got {args.budget}")
     try:
@@ -137,7 +139,7 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
     todo, cached = [], []
 
     def wanted(config, named: bool) -> list:   # a missing run, or what a cached one calls for, that --only names
-        named = named or args.only in describe(config)  # (a run it names brings its follow-ups whatever they are named)
+        named = named or any(s in describe(config) for s in only)  # (a run named brings its follow-ups whatever their names)
         if not named and followups is None:    # nothing of it can be named: spare reading its result
             return []
         hit = cache.load(config)
@@ -162,8 +164,9 @@ def main(prog: str, grid: Callable, describe: Callable, profiles, default_cache:
         parser.error(str(exc))
     for config in grid_runs:                   # --only may name a follow-up (a cell's twin) of a cached run
         want(config, len(todo))
-    if not todo and not cached:  # a typo must not pass for "nothing left to do" (2026-11-28: "σ=1" for "σ=1.0")
-        parser.error(f"--only {args.only!r} names no run of profile {args.profile!r}; its runs are named like "
+    unnamed = [s for s in only if not any(s in describe(c) for c in [*todo, *cached])]
+    if unnamed:                  # a typo must not pass for "nothing left to do" (2026-11-28: "σ=1" for "σ=1.0")
+        parser.error(f"--only {unnamed[0]!r} names no run of profile {args.profile!r}; its runs are named like "
                      f"{describe(grid_runs[0])!r} (--list without --only lists them, and the follow-ups of those "
                      "cached)" if grid_runs else f"profile {args.profile!r} has no runs")
     print(f"{args.profile}: {len(todo)} run(s) missing from {args.cache}", flush=True)
