@@ -1,5 +1,6 @@
 """The README's Python examples run, and print what their comments say."""
 import contextlib
+import json
 import io
 import re
 from pathlib import Path
@@ -43,3 +44,17 @@ def test_readme_results_table_counts_what_the_report_counts():
         paper = [p for p in report if p.startswith(label.split()[0].lower())]
         assert len(paper) == 1, (label, list(report))
         assert [row[k] for k in KINDS] == [report[paper[0]][k] for k in KINDS], label
+
+
+def test_the_femnist_units_the_readme_and_gpu_queue_count_are_the_cached_ones():
+    """README and GPU_QUEUE.md count FedHDP's FEMNIST grid units (one training of 200 rounds per algorithm and r)
+    cached so far; a hand-written count must follow the cache it describes."""
+    cache = README.parent / "figures" / "aldaghri_fedhdp" / "cache"
+    configs = [json.loads(p.read_text())["config"] for p in cache.glob("FedHDPRun-*.json")]
+    units = {(c["algorithm"], c["r"]) for c in configs
+             if c["dataset"] == "femnist" and c["evaluation"] == "validation" and c["rounds"] == 200}
+    n = len(units)
+    text = " ".join(README.read_text().split())
+    assert f"{n} of them cached" in text and f"{n} of its 8 shared trainings cached" in text
+    queue = " ".join((README.parent / "benchmarks" / "GPU_QUEUE.md").read_text().split())
+    assert f"so a GPU's; {n} of the 8 cached on the CPU" in queue
