@@ -169,6 +169,35 @@ def test_shared_accuracy_is_the_same_by_any_core_count_and_chunk(mnist_shards):
         run(chunk=0)
 
 
+def test_a_diverged_model_has_no_accuracy(mnist_shards):
+    """A model with a NaN parameter outputs NaN log-probabilities, whose arg-max is class 0: until 2026-12-07 that
+    scored FEMNIST's diverged Ditto models as 7.45 % accurate (the share of class 0). Now its accuracy is NaN, by
+    both evaluators, and the finite clients' accuracies are the same bits as before."""
+    from dpfl.federated.evaluate import accuracy, shared_accuracy
+
+    K = mnist_shards.num_clients
+    test = mnist_shards.test_batch(np.arange(K))
+    index, mask = mnist_shards.test_index(np.arange(K))
+    inits = [GEYER_MLP.init(torch.Generator().manual_seed(c)) for c in range(K)]
+    stacked = {k: torch.stack([p[k] for p in inits]) for k in inits[0]}
+    before = accuracy(GEYER_MLP, stacked, *test, stacked=True)
+    assert torch.isfinite(before).all()
+    for c in range(K):                                   # a plain evaluation, client by client
+        x, y, m = (t[c] for t in test)
+        assert before[c] == (GEYER_MLP.forward(inits[c], x, None).argmax(-1) == y)[m].float().mean()
+    broken = {k: v.clone() for k, v in stacked.items()}
+    first = next(iter(broken))
+    broken[first][2].view(-1)[0] = float("nan")
+    after = accuracy(GEYER_MLP, broken, *test, stacked=True)
+    assert torch.isnan(after[2]) and torch.equal(torch.cat([after[:2], after[3:]]), torch.cat([before[:2], before[3:]]))
+    one = {k: v[2] for k, v in broken.items()}
+    assert torch.isnan(accuracy(GEYER_MLP, one, *test, stacked=False)).all()
+    acc, loss = shared_accuracy(GEYER_MLP, one, mnist_shards.test_x, mnist_shards.test_y, index, mask, with_loss=True)
+    assert torch.isnan(acc).all() and not torch.isfinite(loss).any()
+    fine = shared_accuracy(GEYER_MLP, inits[2], mnist_shards.test_x, mnist_shards.test_y, index, mask)
+    assert torch.equal(fine, accuracy(GEYER_MLP, inits[2], *test, stacked=False))
+
+
 def test_refresh_accuracy_recomputes_the_marked_clients_only_and_equals_a_full_evaluation(mnist_shards):
     """MnistCNN, so that the clients' convolutions are batched (one group per client): a call with
     some of the clients gives each the same logits as a call with all, bit for bit on a CPU."""

@@ -390,3 +390,93 @@ def test_the_committed_paper_setting_numbers(data_root):
     assert [c["holds"] for c in fl.ratio_claims(ratios)] == [False, True, False, True]
     iid = [fl.outcome(c, cache.load(c).value)["Acc_g"] for c in fl.ratio_grid("paper", data_dir=str(data_root))]
     assert iid == pytest.approx([91.94, 61.92, 59.74, 59.26, 57.73], abs=0.01)      # r = 0, 0.1, 0.25, 0.5, 0.75
+
+
+def test_personal_lr_moves_only_the_personal_models_and_a_diverged_one_is_counted(noniid):
+    """η_p enters Ditto's steps alone: two runs that differ in it have the same global model bit for bit (so the
+    Acc_g of FEMNIST's runs at Table 7's η_p is what the tuned η_p's runs give) and other personal models. A
+    personal model that has diverged is counted (``diverged_l_<c>``) and its cohort's accuracy is NaN, not the
+    share of class 0 that the arg-max of NaNs scored before 2026-12-07."""
+    fed = noniid["validation"]
+    tables, states = [], []
+    for lr in (None, 0.05):                                  # Table 7's 0.5, and another
+        cfg = fl.FedHDPRun(dataset="noniid_mnist", algorithm="FedHDP", r=0.5, lam_np=0.5, lam_p=0.5, rounds=2, epochs=1,
+                           q=0.3, data=tuple(sorted(SMALL.items())), progress=False, personal_lr=lr)
+        algorithm = cfg.algorithm_for(fed)
+        assert algorithm.cfg.personal_lr == (lr or fl.TABLE7["mnist"]["personal_lr"])
+        tables.append(run(algorithm, fed.data, progress=False))
+        states.append(algorithm.state)
+    shared = lambda t: t.filter(regex="^(acc_g|clip|eps|loss_g)")
+    pd.testing.assert_frame_equal(shared(tables[0]), shared(tables[1]))
+    assert all(torch.equal(states[0]["global"][k], states[1]["global"][k]) for k in states[0]["global"])
+    assert not any(torch.equal(states[0]["personal"][k], states[1]["personal"][k]) for k in states[0]["personal"])
+    assert (tables[0][["diverged_l_0", "diverged_l_1"]].dropna() == 0).all().all()
+    private = int(np.flatnonzero(fed.cohorts == 1)[0])
+    for v in algorithm.state["personal"].values():
+        v[private].fill_(float("nan"))
+    algorithm.state["personal_acc"]["stale"][private] = True
+    row = algorithm.evaluate(None)
+    assert row["diverged_l_1"] == 1 and row["diverged_l_0"] == 0
+    assert np.isnan(row["acc_l_1"]) and np.isnan(row["delta_l"]) and np.isfinite(row["acc_l_0"])
+
+
+def test_personal_lr_is_hashed_only_when_set_and_femnist_runs_at_the_probes():
+    """``FedHDPRun.personal_lr`` (None: Table 7's η_p) leaves the keys of runs at Table 7's η_p as they were —
+    FEMNIST's Non-Private+Ditto grid run at λ = 0.05 had key f8484db2f097ff48 before the field existed — while
+    every FEMNIST run of the paper profile (grid, final runs, probes) runs at :data:`PERSONAL_LR`'s η_p, named in
+    its label; the other datasets keep Table 7's. A bad η_p is refused by name."""
+    table7 = fl.FedHDPRun(dataset="femnist", algorithm="Non-Private+Ditto", lam_np=0.05, lam_p=0.05, q=0.3,
+                          rounds=200, data=(("least", 40),))
+    assert runs.config_hash(table7) == "f8484db2f097ff48"
+    lr = fl.PERSONAL_LR["femnist"]
+    assert lr is not None and lr < fl.TABLE7["femnist"]["personal_lr"]
+    tuned = dataclasses.replace(table7, personal_lr=lr)
+    assert runs.config_hash(tuned) != runs.config_hash(table7) and f"η_p={lr:g}" in tuned.label
+    grid = fl.validation_grid("paper")
+    assert {c.personal_lr for c in grid if c.dataset == "femnist"} == {lr}
+    assert {c.personal_lr for c in grid if c.dataset != "femnist"} == {None}
+    keys = {runs.config_hash(c) for c in grid}
+    assert runs.config_hash(tuned) in keys and runs.config_hash(table7) not in keys
+    assert fl._profile_of(tuned) == "paper" and fl._profile_of(table7) is None
+    with pytest.raises(ValueError, match="^personal_lr"):
+        dataclasses.replace(table7, personal_lr=0.0)
+
+
+def test_the_eta_p_probe_finds_that_table_7s_femnist_value_diverges():
+    """:class:`~dpfl.experiments.aldaghri_fedhdp_lr.PersonalLrProbe` at smoke size: Table 7's η_p = 2.0 at λ = 1
+    (η_p λ = 2: the proximal term alone no longer contracts) leaves some of the writers' personal models non-finite
+    within 100 Ditto steps, their accuracy NaN; η_p = 0.05 keeps every one finite, so :func:`choose` takes it; with
+    no η_p stable it refuses."""
+    from dpfl.experiments.aldaghri_fedhdp_lr import PersonalLrProbe, choose
+
+    probe = PersonalLrProbe(profile="smoke", anchor_rounds=1, lrs=(2.0, 0.05), lams=(1.0,), clients=4,
+                            participations=50, progress=False)
+    table = probe.compute().set_index("η_p")
+    assert table.loc[2.0, "finite"] < 1 and np.isnan(table.loc[2.0, "accuracy"])
+    assert table.loc[0.05, "finite"] == 1 and 0 <= table.loc[0.05, "accuracy"] <= 1
+    assert choose(table.reset_index()) == 0.05
+    synthetic = pd.DataFrame({"η_p": [1.0, 1.0, 0.1, 0.1, 0.01, 0.01], "λ": [0.1, 1.0] * 3,
+                              "finite": [1.0, 0.9, 1.0, 1.0, 1.0, 1.0], "accuracy": [0.9, np.nan, 0.5, 0.6, 0.7, 0.2]})
+    assert choose(synthetic) == 0.01                    # 1.0 diverges at λ = 1; 0.01's best λ beats 0.1's
+    with pytest.raises(ValueError, match="no η_p"):
+        choose(synthetic[synthetic["η_p"] == 1.0])
+    with pytest.raises(ValueError, match="^clients"):
+        PersonalLrProbe(clients=0)
+
+
+def test_the_committed_eta_p_probe_chose_the_eta_p_femnist_runs_at():
+    """The paper-size probe in the committed cache (``figures/aldaghri_fedhdp/cache``; nothing is computed): Table 7's
+    η_p = 2.0 diverged at every λ (all but 1 of the 30 writers' models at λ = 0.05, every one at 0.2 and 1), η_p = 1.0
+    at every λ too, and :func:`choose` picks the η_p that :data:`PERSONAL_LR` gives FEMNIST's runs (0.02)."""
+    from pathlib import Path
+
+    from dpfl.experiments.aldaghri_fedhdp_lr import PersonalLrProbe, choose
+
+    cache = runs.Cache(Path(__file__).parents[1] / "figures" / "aldaghri_fedhdp" / "cache")
+    table = cache.load(PersonalLrProbe()).value
+    by = table.set_index(["η_p", "λ"])
+    assert by.loc[(2.0, 0.05), "finite"] == pytest.approx(1 / 30) and (by.loc[2.0, "finite"].iloc[1:] == 0).all()
+    assert (by.loc[1.0, "finite"] < 1).all() and (by.loc[[0.5, 0.2, 0.1, 0.05, 0.02], "finite"] == 1).all()
+    assert choose(table) == fl.PERSONAL_LR["femnist"] == 0.02
+    assert by.loc[(0.02, 0.2), "accuracy"] == pytest.approx(0.6611, abs=1e-4)
+    assert table["anchor accuracy"].iloc[0] == pytest.approx(0.6202, abs=1e-4)

@@ -33,8 +33,9 @@ def test_the_queue_has_commands_to_check():
     """The parser finds the queue's commands (a rewording must not leave this test checking nothing)."""
     found = commands()
     assert ("zheng2021", "cells", "p=0.25 σ=1.0 B=16") in found
-    for r in ("0.1", "0.25", "0.5", "0.75"):      # both side-by-side processes of a call, each naming two units
-        assert ("aldaghri_fedhdp_fl", "paper", f"femnist FedHDP r={r} ") in found
+    units = [f"femnist FedHDP r={r} " for r in ("0", "0.1", "0.25", "0.5", "0.75")]
+    for unit in units + ["femnist Non-Private", "femnist DP-FedAvg", "femnist HDP-FedAvg"]:   # the two side-by-side
+        assert ("aldaghri_fedhdp_fl", "paper", unit) in found                                # processes: four each
     assert {experiment for experiment, _, _ in found} == PAPERS
 
 

@@ -321,7 +321,8 @@ def test_ditto_personal_step_equals_the_proximal_loop_and_its_limits():
 def test_clients_with_different_lambdas_train_in_one_call_bit_for_bit(name, together):
     """Ditto's groups and sets of λ train in one call, a λ per client (``prox``): each client ends bit for
     bit where a call with its λ alone leaves it (on a CPU) — the generic path with dropout masks drawn from
-    replicas of the clients' generators, and ``mlp_sgd`` — λ = 0 included; bad λ is refused by name.
+    replicas of the clients' generators, and ``mlp_sgd`` — λ = 0 included; so do clients with different η_p
+    (the FEMNIST η_p probe's call); bad λ and η_p are refused by name.
     ``together``: every client in one vmapped chunk, as on a GPU (different λ within a chunk)."""
     from dpfl.federated.personalize import ditto
 
@@ -346,8 +347,25 @@ def test_clients_with_different_lambdas_train_in_one_call_bit_for_bit(name, toge
             else:
                 assert torch.equal(joint[k][j * m:(j + 1) * m], alone[k]), (lam, k)
     assert all(not torch.equal(joint[k][:m], joint[k][m:2 * m]) for k in w)          # λ moved every tensor
+    lrs = (0.05, 0.1, 0.3)                                 # Ditto's η_p per client too (the η_p probe's call)
+    by_lr = ditto(model, {k: v.repeat(copies, *[1] * (v.ndim - 1)) for k, v in v0.items()}, w,
+                  x.repeat(copies, *[1] * (x.ndim - 1)), y.repeat(copies, 1, 1),
+                  [gen for _ in lrs for gen in client_generators(0, 1, range(m))], lam=0.5, lr=np.repeat(lrs, m),
+                  chunk=copies * m if together else None)
+    for j, lr in enumerate(lrs):
+        alone = ditto(model, v0, w, x, y, client_generators(0, 1, range(m)), lam=0.5, lr=lr,
+                      chunk=m if together else None)
+        for k in alone:       # mlp_sgd fuses the update where a chunk shares one η_p: another rounding
+            if together or name == "fedhdp_mlp200":
+                torch.testing.assert_close(by_lr[k][j * m:(j + 1) * m], alone[k], rtol=1e-5, atol=1e-6)
+            else:
+                assert torch.equal(by_lr[k][j * m:(j + 1) * m], alone[k]), (lr, k)
     gens = client_generators(0, 1, range(m))
-    with pytest.raises(ValueError, match="^lam must be one λ or one per client"):
+    with pytest.raises(ValueError, match="^lr must be one value or one per client"):
+        ditto(model, v0, w, x, y, gens, lam=0.1, lr=[0.1, 0.2])
+    with pytest.raises(ValueError, match="^lr"):
+        ditto(model, v0, w, x, y, gens, lam=0.1, lr=[0.1, 0.0, 0.3])
+    with pytest.raises(ValueError, match="^lam must be one value or one per client"):
         ditto(model, v0, w, x, y, gens, lam=[0.1, 0.2], lr=0.1)
     with pytest.raises(ValueError, match="^lam"):
         ditto(model, v0, w, x, y, gens, lam=[0.1, -0.2, 0.3], lr=0.1)

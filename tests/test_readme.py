@@ -1,6 +1,5 @@
 """The README's Python examples run, and print what their comments say."""
 import contextlib
-import json
 import io
 import re
 from pathlib import Path
@@ -47,12 +46,13 @@ def test_readme_results_table_counts_what_the_report_counts():
 
 
 def test_the_femnist_units_the_readme_and_gpu_queue_count_are_the_cached_ones():
-    """README and GPU_QUEUE.md count FedHDP's FEMNIST grid units (one training of 200 rounds per algorithm and r)
-    cached so far; a hand-written count must follow the cache it describes."""
-    cache = README.parent / "figures" / "aldaghri_fedhdp" / "cache"
-    configs = [json.loads(p.read_text())["config"] for p in cache.glob("FedHDPRun-*.json")]
-    units = {(c["algorithm"], c["r"]) for c in configs
-             if c["dataset"] == "femnist" and c["evaluation"] == "validation" and c["rounds"] == 200}
+    """README and GPU_QUEUE.md count FedHDP's FEMNIST grid units (one training of 200 rounds per algorithm and r, at
+    the paper profile's η_p) cached so far; a hand-written count must follow the cache it describes."""
+    from dpfl import runs
+    from dpfl.experiments import aldaghri_fedhdp_fl as fl
+
+    cache = runs.Cache(README.parent / "figures" / "aldaghri_fedhdp" / "cache")
+    units = {(c.algorithm, c.r) for c in fl.validation_grid("paper") if c.dataset == "femnist" and cache.path(c).exists()}
     n = len(units)
     text = " ".join(README.read_text().split())
     assert f"{n} of them cached" in text and f"{n} of its 8 shared trainings cached" in text

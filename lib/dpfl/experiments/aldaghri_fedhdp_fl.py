@@ -52,6 +52,11 @@ TABLE7 = {
     "fmnist": dict(batch=20, epochs=50, lr=0.01, decay=None, personal_lr=0.5, clip_lr=0.2, quantile=0.5, z=4.0),
     "femnist": dict(batch=20, epochs=25, lr=0.02, decay=None, personal_lr=2.0, clip_lr=0.2, quantile=0.5, z=1.0),
 }
+#: Ditto's η_p where ours departs from Table 7's, per dataset: on FEMNIST Table 7's 2.0 makes the CNN's personal
+#: models diverge, so its grid, final runs and probes use the η_p that the tuning probe
+#: (:mod:`dpfl.experiments.aldaghri_fedhdp_lr`, on the non-private baseline as the paper tuned) chose
+#: (docs/aldaghri_fedhdp.md §5)
+PERSONAL_LR = {"femnist": 0.02}
 #: The abstract's numbers (percentage points): FedHDP's largest gain in global accuracy over
 #: DP-FedAvg+Ditto, and the largest gap Δ_l in personalised accuracy (non-private − private)
 HEADLINES = {"gain": 9.27, "gap": 3.49}
@@ -182,7 +187,8 @@ class FedHDPRun(TrainingRun):
     noise multiplier); ``q``: each client's probability of taking part in a round (Poisson);
     ``data``: :func:`federation`'s size arguments; ``seed`` of the training, ``data_seed`` of the split.
     ``sweep``: the (λ_np, λ_p) pairs of a grid whose runs this one's training serves too (:meth:`together`;
-    unhashed: a run's result is the same computed alone or with them)."""
+    unhashed: a run's result is the same computed alone or with them). ``personal_lr``: Ditto's η_p (None: Table
+    7's; hashed only when set, so the keys of runs at Table 7's η_p are as before it)."""
 
     #: 2: a private group's noised sum, its clipped count and its two-step weight use its expected
     #: count (Poisson sampling), not the realised one (docs/privacy-accounting.md); 3: the opting-out
@@ -203,6 +209,7 @@ class FedHDPRun(TrainingRun):
     data: tuple = ()
     data_seed: int = 0
     sweep: tuple = dataclasses.field(default=(), metadata={"hash": False})
+    personal_lr: float | None = dataclasses.field(default=None, metadata={"hash": "unless-default"})
 
     def __post_init__(self):
         super().__post_init__()
@@ -225,6 +232,8 @@ class FedHDPRun(TrainingRun):
         checks.in_range("delta", self.delta, 0, 1, lo_open=True, hi_open=True)
         checks.one_of("evaluation", self.evaluation, ("validation", "test"))
         checks.nonnegative_int("data_seed", self.data_seed)
+        if self.personal_lr is not None:
+            checks.positive("personal_lr", self.personal_lr)
         for key, value in self.data:           # federation()'s sizes
             checks.one_of("data's keys", key, DATA_SIZES)
             checks.positive_int(key, value)
@@ -232,7 +241,9 @@ class FedHDPRun(TrainingRun):
     @property
     def label(self) -> str:
         r = f" r={self.r:g}" if self.algorithm == "FedHDP" else ""
-        return f"{self.dataset} {self.algorithm}{r} λ=({self.lam_np:g}, {self.lam_p:g}) {self.evaluation} seed={self.seed}"
+        lr = "" if self.personal_lr is None else f" η_p={self.personal_lr:g}"
+        return (f"{self.dataset} {self.algorithm}{r} λ=({self.lam_np:g}, {self.lam_p:g}){lr} {self.evaluation} "
+                f"seed={self.seed}")
 
     def federation(self) -> Federation:
         return federation(self.dataset, self.evaluation, data_seed=self.data_seed, data_dir=self.data_dir,
@@ -263,7 +274,7 @@ class FedHDPRun(TrainingRun):
             rounds=self.rounds, batch_size=min(t7["batch"], n_min), local_steps=steps, sampler=PoissonClients(self.q),
             local=LocalConfig(optimizer="sgd", lr=t7["lr"]), lr_schedule=decay, seed=self.seed,
             clip_init=0.1, target_quantile=t7["quantile"], clip_lr=t7["clip_lr"],
-            noise_multipliers=zs, ratios=ratios, lams=self.lams(), extra_lams=extra_lams, personal_lr=t7["personal_lr"],
+            noise_multipliers=zs, ratios=ratios, lams=self.lams(), extra_lams=extra_lams, personal_lr=self.personal_lr or t7["personal_lr"],
             count_noise_frac=max(0.05, z / max(expected_private, 1e-9)), delta=self.delta,
             eval_every=max(1, self.rounds // 10))
         return FedHDP(fed.model, cfg, groups, server_test=fed.server_test, cohorts=cohorts)
@@ -327,7 +338,7 @@ def _common(profile: str, dataset: str, **placement) -> dict:
     sizes = dict(s["mnist"] if DATASETS[dataset] == "mnist" else s["femnist"])
     q = sizes.pop("q")                                   # the rest are federation()'s size arguments
     return dict(dataset=dataset, rounds=s["rounds"], epochs=s["epochs"], q=q, data=tuple(sorted(sizes.items())),
-                **placement)
+                personal_lr=PERSONAL_LR.get(dataset), **placement)
 
 
 def noise_scale(run: FedHDPRun) -> dict:
@@ -608,10 +619,11 @@ def profile_here(profile: str, cached, *, cuda: bool, results_only: bool | None 
 
 
 def _profile_of(run: FedHDPRun) -> str | None:
-    """The profile whose setting ``run`` has (rounds, epochs, q and data sizes of its dataset), or None."""
+    """The profile whose setting ``run`` has (rounds, epochs, q, data sizes and η_p of its dataset), or None."""
     for profile in SETTINGS:
         c = _common(profile, run.dataset)
-        if (run.rounds, run.epochs, run.q, run.data) == (c["rounds"], c["epochs"], c["q"], c["data"]):
+        if (run.rounds, run.epochs, run.q, run.data, run.personal_lr) == (c["rounds"], c["epochs"], c["q"], c["data"],
+                                                                          c["personal_lr"]):
             return profile
     return None
 

@@ -28,14 +28,18 @@ def accuracy(model: Model, params: dict, x, y, mask, *, stacked: bool, chunk: in
     chunks of 25 and 2.1 s one by one for MnistCNN (200 images each), 2.0 s and 0.8 s for the CIFAR-10 CNN (100
     each) on a 2-core CPU (``make bench``, row (i); ``benchmarks/RESULTS.md``). MnistCNN's log-probabilities are
     bitwise the same by either chunk there, the CIFAR-10 CNN's equal up to round-off. On a CPU whole chunks are
-    spread over one thread a core (``dpfl.federated.threads``). Returns (m,) accuracies.
+    spread over one thread a core (``dpfl.federated.threads``). Returns (m,) accuracies; NaN for a client whose
+    model gives a non-finite log-probability on its set (a diverged model: the arg-max of NaNs is class 0, which
+    scored FEMNIST's diverged Ditto models as 7.45 % accurate until 2026-12-07).
     """
     if chunk is None:
         chunk = GPU_EVAL_CHUNK if x.is_cuda else 1
     chunk = checks.positive_int("chunk", chunk)
     def one(p, xc, yc, mc):
-        pred = model.forward(p, xc, None).argmax(-1)
-        return ((pred == yc) & mc).sum() / mc.sum().clamp(min=1)
+        logp = model.forward(p, xc, None)
+        acc = ((logp.argmax(-1) == yc) & mc).sum() / mc.sum().clamp(min=1)
+        finite = (torch.isfinite(logp).all(-1) | ~mc).all()
+        return torch.where(finite, acc, torch.full_like(acc, float("nan")))
 
     fn = vmap(one, in_dims=(0 if stacked else None, 0, 0, 0))
     m = y.shape[0]
@@ -93,12 +97,13 @@ def shared_accuracy(model: Model, params: dict, x, y, index, mask, *, used=None,
     for MnistCNN (≈ 8 650 images). For a given chunk the numbers are the same bit for bit whatever the core count;
     across chunks they are equal up to round-off (which may flip a near-tie's prediction), bit for bit where the CPU's
     kernels do not depend on the batch size (an AVX-512 Xeon's did below 16 images; ``tests/test_engine.py``; ``make bench``,
-    row (k))."""
+    row (k)). NaN for a client one of whose images gets a non-finite log-probability (a diverged model)."""
     used = used_images(index, mask) if used is None else used
     if chunk is None:
         chunk = GPU_SHARED_CHUNK if x.is_cuda else CPU_SHARED_CHUNK
     chunk = checks.positive_int("chunk", chunk)
     correct = torch.zeros(y.shape[0], dtype=torch.bool, device=y.device)
+    finite = torch.ones(y.shape[0], dtype=torch.bool, device=y.device)
     nll = torch.zeros(y.shape[0], device=y.device)
 
     def evaluate(slices):                               # one thread's run of chunks
@@ -107,11 +112,13 @@ def shared_accuracy(model: Model, params: dict, x, y, index, mask, *, used=None,
                 ix = used[sl]
                 logp = model.forward(params, x[ix], None)
                 correct[ix] = logp.argmax(-1) == y[ix]
+                finite[ix] = torch.isfinite(logp).all(-1)
                 nll[ix] = -logp.gather(-1, y[ix].unsqueeze(-1)).squeeze(-1).to(nll.dtype)
 
     threads.by_chunks(evaluate, used.numel(), chunk, side_by_side=not x.is_cuda)
     count = mask.sum(1).clamp(min=1)
     acc = (correct[index] & mask).sum(1) / count
+    acc = acc.masked_fill((~finite[index] & mask).any(1), float("nan"))    # a diverged model: no accuracy
     if not with_loss:
         return acc
     return acc, (nll[index] * mask).sum(1) / count

@@ -28,6 +28,7 @@ loop (:mod:`dpfl.federated.loop`).
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import torch
@@ -221,8 +222,8 @@ class FedHDP(ServerDP):
         acc_g, loss_g = self.evaluate_global(state["global"])
         row = {"loss_g": float(loss_g.mean())}
         with torch.no_grad():
-            row["acc_g"] = float((model.forward(state["global"], self.server_x, None).argmax(-1)
-                                  == self.server_y).float().mean())
+            logp = model.forward(state["global"], self.server_x, None)
+            row["acc_g"] = float((logp.argmax(-1) == self.server_y).float().mean()) if logp.isfinite().all() else math.nan
         for l, members in enumerate(self.members):
             row[f"acc_g_{l}"] = float(acc_g[members].mean())
         if len(self.members) >= 2:
@@ -231,11 +232,13 @@ class FedHDP(ServerDP):
 
     def evaluate(self, r: Round) -> dict:
         """Every client's personal model on its own test set, by cohort (every ``cfg.eval_every`` rounds),
-        for each set of λ."""
+        for each set of λ; ``diverged_l_<c>``: how many of cohort c's personal models have diverged (a
+        non-finite output), whose accuracy is then NaN (so is the cohort's mean: no accuracy is claimed)."""
         row = {}
         for suffix, _, part in self._variants():
             acc_l = refresh_accuracy(self.model, part["personal"], self.test, part["personal_acc"])
             row |= {f"acc_l_{l}{suffix}": float(acc_l[members].mean()) for l, members in enumerate(self.members)}
+            row |= {f"diverged_l_{l}{suffix}": int(acc_l[members].isnan().sum()) for l, members in enumerate(self.members)}
             if len(self.members) >= 2:
                 row[f"delta_l{suffix}"] = row[f"acc_l_0{suffix}"] - row[f"acc_l_1{suffix}"]
         return row

@@ -24,17 +24,26 @@ def interpolate(local: dict, global_: dict, alpha: float) -> dict:
     return {k: (1 - alpha) * v + alpha * global_[k] for k, v in local.items()}
 
 
-def ditto(model: Model, personal: dict, global_: dict, x, y, generators: list, *, lam, lr: float,
+def ditto(model: Model, personal: dict, global_: dict, x, y, generators: list, *, lam, lr,
           optimizer: str = "sgd", chunk: int | None = None) -> dict:
     """Ditto's personal update for the participating clients (stacked ``personal``, (m, …)):
     K steps of ``optimizer`` on the local loss plus λ/2·‖v − global‖² (non-private; see module doc).
-    ``lam``: one λ, or one per client (m,), so clients with different λ train in one call."""
-    m, lams = y.shape[0], np.asarray(lam, dtype=np.float64)
-    lams = np.full(m, float(lams)) if lams.ndim == 0 else lams
-    if lams.shape != (m,):
-        raise ValueError(f"lam must be one λ or one per client ({m}); got shape {lams.shape}")
+    ``lam`` and ``lr`` (η_p): one value, or one per client (m,), so clients with different λ or η_p train in
+    one call (``dpfl.experiments.aldaghri_fedhdp_lr`` probes η_p so)."""
+    m = y.shape[0]
+    lams, lrs = (_per_client(name, value, m) for name, value in (("lam", lam), ("lr", lr)))
     checks.nonnegative("lam", float(lams.min(initial=0.0)))
-    cfg = LocalConfig(optimizer=optimizer, lr=lr)
-    new, _ = local_train(model, cfg, personal, init_state(personal, cfg), x, y, generators, chunk=chunk,
+    checks.positive("lr", float(lrs.min(initial=1.0)))
+    cfg = LocalConfig(optimizer=optimizer, lr=float(lrs[0]) if m else 1.0)
+    new, _ = local_train(model, cfg, personal, init_state(personal, cfg), x, y, generators, lrs, chunk=chunk,
                          anchor=global_, prox=lams)
     return new
+
+
+def _per_client(name: str, value, m: int) -> np.ndarray:
+    """``value`` (one number, or one per client) as an (m,) float64 array."""
+    values = np.asarray(value, dtype=np.float64)
+    values = np.full(m, float(values)) if values.ndim == 0 else values
+    if values.shape != (m,):
+        raise ValueError(f"{name} must be one value or one per client ({m}); got shape {values.shape}")
+    return values
