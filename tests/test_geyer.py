@@ -74,7 +74,7 @@ def test_median_shift_and_spread_on_known_updates():
 def _metrics(acc, delta_paper, m=50):
     R = len(acc)
     return pd.DataFrame({"round": np.arange(1, R + 1), "clients": [m] * R, "acc_global": acc,
-                         "delta_paper": delta_paper, "delta": [1.0] * R})
+                         "loss_global": [1.0] * R, "delta_paper": delta_paper, "delta": [1.0] * R})
 
 
 def test_outcome_and_the_papers_selection_rule():
@@ -86,6 +86,14 @@ def test_outcome_and_the_papers_selection_rule():
     assert g.best([slower, o]) is o and g.best([o, slower, better]) is better
     with pytest.raises(ValueError, match="no runs"):
         g.best([])
+    # a run whose model diverged (NaN test loss; cached before 2026-12-07 with the class-0 share as its accuracy,
+    # as three of the K = 100 grid's σ = 2 runs were) has no accuracy, is flagged, and is never chosen
+    gone = _metrics([0.3, 0.5, 0.0991], [1e-6, 5e-4, 8e-3]).assign(loss_global=[2.0, 1e30, np.nan])
+    d = g.outcome(run, gone)
+    assert np.isnan(d["acc"]) and d["diverged"] and not o["diverged"] and d["rounds"] == 3
+    assert g.best([d, o]) is o and g.best([o, d]) is o
+    with pytest.raises(ValueError, match="diverged"):
+        g.best([d])
 
 
 def test_table1_puts_ours_next_to_the_paper_with_verdicts():

@@ -274,7 +274,8 @@ class FedHDPRun(TrainingRun):
             rounds=self.rounds, batch_size=min(t7["batch"], n_min), local_steps=steps, sampler=PoissonClients(self.q),
             local=LocalConfig(optimizer="sgd", lr=t7["lr"]), lr_schedule=decay, seed=self.seed,
             clip_init=0.1, target_quantile=t7["quantile"], clip_lr=t7["clip_lr"],
-            noise_multipliers=zs, ratios=ratios, lams=self.lams(), extra_lams=extra_lams, personal_lr=self.personal_lr or t7["personal_lr"],
+            noise_multipliers=zs, ratios=ratios, lams=self.lams(), extra_lams=extra_lams,
+            personal_lr=t7["personal_lr"] if self.personal_lr is None else self.personal_lr,
             count_noise_frac=max(0.05, z / max(expected_private, 1e-9)), delta=self.delta,
             eval_every=max(1, self.rounds // 10))
         return FedHDP(fed.model, cfg, groups, server_test=fed.server_test, cohorts=cohorts)

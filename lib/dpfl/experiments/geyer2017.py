@@ -306,19 +306,25 @@ class GeyerRun(TrainingRun):
 
 def outcome(run_: GeyerRun, metrics: pd.DataFrame) -> dict:
     """What Table 1 reports of a run: the returned model's accuracy (the last round's), CR and
-    CC = Σ m_t, whether δ′ stopped it, and δ of both accountings at the end."""
+    CC = Σ m_t, whether δ′ stopped it, and δ of both accountings at the end. ``diverged``: the returned model's
+    outputs are not finite (its test loss is NaN); it then has no accuracy (NaN), as ``dpfl.federated.evaluate``
+    scores such a model since 2026-12-07 — runs cached before read the same here (they scored it as class 0)."""
     last = metrics.iloc[-1]
+    diverged = bool(np.isnan(last.loss_global))
     return {"run": run_.label, "K": run_.num_clients, "m": run_.m_label, "sigma": run_.sigma, "b": run_.batches,
-            "E": run_.epochs, "acc": float(last.acc_global), "rounds": int(last["round"]),
+            "E": run_.epochs, "acc": math.nan if diverged else float(last.acc_global), "diverged": diverged,
+            "rounds": int(last["round"]),
             "cc": int(metrics.clients.sum()), "stopped": over_budget(last, run_.stop_on, run_.delta_budget),
             "delta_paper": float(last.delta_paper), "delta": float(last.delta)}
 
 
 def best(outcomes: list[dict]) -> dict:
-    """The paper's rule (§5): the highest accuracy (at the paper's two decimals), fewer rounds on ties."""
-    if not outcomes:
-        raise ValueError("no runs to choose from")
-    return min(outcomes, key=lambda o: (-round(o["acc"], 2), o["rounds"], -o["acc"]))
+    """The paper's rule (§5): the highest accuracy (at the paper's two decimals), fewer rounds on ties; a run
+    whose model diverged (accuracy NaN) is never chosen."""
+    scored = [o for o in outcomes if not math.isnan(o["acc"])]
+    if not scored:
+        raise ValueError("no runs to choose from" if not outcomes else "every run's model diverged: none to choose")
+    return min(scored, key=lambda o: (-round(o["acc"], 2), o["rounds"], -o["acc"]))
 
 
 # -- the grid --------------------------------------------------------------------------------------

@@ -238,7 +238,8 @@ class FedHDP(ServerDP):
         for suffix, _, part in self._variants():
             acc_l = refresh_accuracy(self.model, part["personal"], self.test, part["personal_acc"])
             row |= {f"acc_l_{l}{suffix}": float(acc_l[members].mean()) for l, members in enumerate(self.members)}
-            row |= {f"diverged_l_{l}{suffix}": int(acc_l[members].isnan().sum()) for l, members in enumerate(self.members)}
+            row |= {f"diverged_l_{l}{suffix}": float(acc_l[members].isnan().sum())    # float: NaN between evaluations
+                    for l, members in enumerate(self.members)}
             if len(self.members) >= 2:
                 row[f"delta_l{suffix}"] = row[f"acc_l_0{suffix}"] - row[f"acc_l_1{suffix}"]
         return row
