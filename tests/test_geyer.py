@@ -264,3 +264,20 @@ def test_rounds_allowed_gives_the_same_count_from_any_start():
     assert exact > 100
     for start in (1, exact // 3, exact, exact + 1, 5 * exact):   # within, at the count, beyond it (not within)
         assert gt.rounds_allowed(name, 1000, (10,), 2.5, 1e-5, limit=20_000, start=start) == exact
+
+
+def test_the_ramp_claim_and_the_diverged_runs_of_the_committed_grids():
+    """§6's ramp claim as the notebook reads it from the committed grids (K = 100, 1000, 10 000; nothing is
+    computed): 44 ramp/constant pairs, the ramp ahead in 30, one pair with a diverged model (no gain), a mean gain
+    of +1.8 pp over the other 43 (+0.3 pp while the diverged ramp's 0.0991, the class-0 share, counted); the three
+    diverged configurations are K = 100, σ = 2 ones, and none is any K's best."""
+    cache = runs.Cache(Path(__file__).resolve().parents[1] / "figures" / "geyer2017" / "cache")
+    outcomes = [g.outcome(c, m) for K in (100, 1000, 10000) for c, m in g.cached_grid(cache, "paper", K)[0]]
+    assert len(outcomes) == 118
+    ramps = gt.ramp_vs_constant(outcomes)
+    assert (len(ramps), int((ramps.gain > 0).sum()), int(ramps.gain.isna().sum())) == (44, 30, 1)
+    assert 100 * ramps.gain.mean() == pytest.approx(1.84, abs=0.01)
+    assert (ramps.acc_ramp.max(), ramps.acc_constant.max()) == pytest.approx((0.7799, 0.7768), abs=1e-4)
+    assert sorted(o["run"] for o in outcomes if o["diverged"]) == [
+        "K=100 m=20→25→30→35→40→45→50 σ=2 b=10 E=4", "K=100 m=30 σ=2 b=10 E=1", "K=100 m=30 σ=2 b=10 E=4"]
+    assert all(not g.best([o for o in outcomes if o["K"] == K])["diverged"] for K in (100, 1000, 10000))
