@@ -252,6 +252,15 @@ def test_the_cli_computes_each_datasets_final_runs_and_probes_once_its_grid_is_c
     verdicts = fl.claims(fl.summary(test), fl.headlines(test))               # the notebook's loop body, sans notebook
     assert len(verdicts) == 2 * 2 + 2 * 3 + 1 and {c["source"] for c in verdicts} == {"paper §5.2", "abstract"}
     assert fl.cached_section("smoke", runs.Cache(tmp_path / "empty").load) == {}
+    assert fl.grid_progress("smoke", cache.load).empty                  # every dataset shown: no progress rows
+    nothing = fl.grid_progress("smoke", runs.Cache(tmp_path / "empty").load)
+    assert len(nothing) == len(fl.validation_grid("smoke")) == 5 and not nothing.cached.any()
+    hidden = fl.validation_grid("smoke")[-1]                            # a grid one run short selects nothing ...
+    partial = fl.grid_progress("smoke", lambda c: None if c == hidden else cache.load(c))
+    assert list(partial.cached) == [True] * 4 + [False]                 # ... and shows the four cached ones
+    done = partial[partial.cached]
+    assert list(done["Acc_g"]) == [fl.outcome(c, cache.load(c).value)["Acc_g"] for c in fl.validation_grid("smoke")[:4]]
+    assert (done[["diverged_l,np", "diverged_l,p"]].to_numpy() == 0).all()
     quiet = fl.quiet_section("smoke", cache.load)                        # the quiet probe next to the same runs at z
     assert list(quiet.noise) == ["Table 7's z", "z / 10"] and list(quiet.z) == [1.5, 0.15]
     assert quiet["noise / signal"].iloc[1] < quiet["noise / signal"].iloc[0] / 5

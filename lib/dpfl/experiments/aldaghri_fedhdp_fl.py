@@ -37,7 +37,7 @@ from dpfl.runs import env_flag
 __all__ = ["OPT_OUT", "SKEWED_DIGIT", "TABLE7", "HEADLINES", "DATASETS", "PAPER_DATASETS", "ALGORITHMS", "SETTINGS", "Federation",
            "federation", "FedHDPRun", "outcome", "validation_grid", "select", "final_runs", "summary", "headlines",
            "RatioProbe", "measured_ratio", "ratio_grid", "ratio_probes", "ratio_check", "ratio_claims", "ratio_section",
-           "followups", "cli_grid", "cached_section", "claims",
+           "followups", "cli_grid", "cached_section", "grid_progress", "claims",
            "noise_scale", "QUIET", "quiet_grid", "grid_gain", "quiet_section"]
 
 #: The fraction of clients who opt out of DP in every experiment (§5.2)
@@ -673,6 +673,28 @@ def cached_section(profile: str, load, *, seed: int = 0, **placement) -> dict[st
         if finals and all(hit is not None for hit in hits):
             out[dataset] = (chosen, pd.DataFrame([outcome(c, hit.value) for c, hit in zip(finals, hits)]))
     return out
+
+
+def grid_progress(profile: str, load, *, seed: int = 0, **placement) -> pd.DataFrame:
+    """How far each of ``profile``'s datasets that :func:`cached_section` cannot show yet has got, read through
+    ``load(config)`` (nothing is computed): one row per run of its validation grid (:func:`validation_grid`) with
+    ``cached`` and, where cached, its :func:`outcome` (validation sets, the final model) and ``diverged_l,np`` /
+    ``diverged_l,p``, how many of each cohort's personal models had diverged at the last evaluation. A partial grid
+    selects nothing: these rows are progress, not results. Empty once every dataset is shown."""
+    shown = cached_section(profile, load, seed=seed, **placement)
+    rows = []
+    for c in validation_grid(profile, seed=seed, **placement):
+        if c.dataset in shown:
+            continue
+        hit = load(c)
+        row = {"dataset": c.dataset, "algorithm": c.algorithm, "r": c.r if c.algorithm == "FedHDP" else np.nan,
+               "lam_np": c.lam_np, "lam_p": c.lam_p, "cached": hit is not None}
+        if hit is not None:
+            last = hit.value.iloc[-1]
+            row |= outcome(c, hit.value) | {f"diverged_l,{name}": float(last.get(f"diverged_l_{l}", np.nan))
+                                            for l, name in enumerate(("np", "p"))}
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def claims(tables: pd.DataFrame, heads: pd.DataFrame, tolerance: float = 2.0) -> list[dict]:
