@@ -252,11 +252,11 @@ def test_the_cli_computes_each_datasets_final_runs_and_probes_once_its_grid_is_c
     verdicts = fl.claims(fl.summary(test), fl.headlines(test))               # the notebook's loop body, sans notebook
     assert len(verdicts) == 2 * 2 + 2 * 3 + 1 and {c["source"] for c in verdicts} == {"paper §5.2", "abstract"}
     assert fl.cached_section("smoke", runs.Cache(tmp_path / "empty").load) == {}
-    assert fl.grid_progress("smoke", cache.load).empty                  # every dataset shown: no progress rows
-    nothing = fl.grid_progress("smoke", runs.Cache(tmp_path / "empty").load)
+    assert fl.grid_progress("smoke", cache.load, section).empty                  # every dataset shown: no progress rows
+    nothing = fl.grid_progress("smoke", runs.Cache(tmp_path / "empty").load, {})
     assert len(nothing) == len(fl.validation_grid("smoke")) == 5 and not nothing.cached.any()
     hidden = fl.validation_grid("smoke")[-1]                            # a grid one run short selects nothing ...
-    partial = fl.grid_progress("smoke", lambda c: None if c == hidden else cache.load(c))
+    partial = fl.grid_progress("smoke", lambda c: None if c == hidden else cache.load(c), {})
     assert list(partial.cached) == [True] * 4 + [False]                 # ... and shows the four cached ones
     done = partial[partial.cached]
     assert list(done["Acc_g"]) == [fl.outcome(c, cache.load(c).value)["Acc_g"] for c in fl.validation_grid("smoke")[:4]]
@@ -355,6 +355,22 @@ def test_runs_that_differ_in_lambda_alone_share_one_training_bit_for_bit(tmp_pat
     # checkpoints written before extra_lams existed keep their key: the field enters it only when set
     assert "extra_lams" not in runs.jsonable(cfg) and "extra_lams" in runs.jsonable(
         dataclasses.replace(cfg, extra_lams=((1.0, 1.0),)))
+
+
+def test_the_committed_femnist_grid_progress():
+    """The FEMNIST numbers the issue notes give for its paper grid so far, read from the committed cache (nothing is
+    computed): the Non-Private+Ditto unit at the tuned η_p (validation sets, the final model), none of its personal
+    models diverged; FEMNIST is not yet a dataset section 6 can show."""
+    from pathlib import Path
+
+    cache = runs.Cache(Path(__file__).parents[1] / "figures" / "aldaghri_fedhdp" / "cache")
+    progress = fl.grid_progress("paper", cache.load, ())
+    femnist = progress[(progress.dataset == "femnist") & (progress.algorithm == "Non-Private+Ditto")].set_index("lam_np")
+    assert femnist.cached.all() and len(femnist) == 3
+    assert femnist["Acc_g"].to_numpy() == pytest.approx([82.49] * 3, abs=0.01)          # λ never moves the global model
+    assert femnist["Acc_l,np"].to_numpy() == pytest.approx([74.08, 78.35, 82.91], abs=0.01)    # λ = 0.05, 0.2, 1
+    assert femnist["Acc_l,p"].to_numpy() == pytest.approx([79.17, 82.21, 83.58], abs=0.01)
+    assert (femnist[["diverged_l,np", "diverged_l,p"]].to_numpy() == 0).all()
 
 
 def test_the_committed_paper_setting_numbers(data_root):

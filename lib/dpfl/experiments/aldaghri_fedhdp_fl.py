@@ -675,13 +675,13 @@ def cached_section(profile: str, load, *, seed: int = 0, **placement) -> dict[st
     return out
 
 
-def grid_progress(profile: str, load, *, seed: int = 0, **placement) -> pd.DataFrame:
-    """How far each of ``profile``'s datasets that :func:`cached_section` cannot show yet has got, read through
-    ``load(config)`` (nothing is computed): one row per run of its validation grid (:func:`validation_grid`) with
-    ``cached`` and, where cached, its :func:`outcome` (validation sets, the final model) and ``diverged_l,np`` /
-    ``diverged_l,p``, how many of each cohort's personal models had diverged at the last evaluation. A partial grid
-    selects nothing: these rows are progress, not results. Empty once every dataset is shown."""
-    shown = cached_section(profile, load, seed=seed, **placement)
+def grid_progress(profile: str, load, shown, *, seed: int = 0, **placement) -> pd.DataFrame:
+    """How far each of ``profile``'s datasets not in ``shown`` (the datasets :func:`cached_section` returned, whose
+    runs it has already read) has got, read through ``load(config)`` (nothing is computed): one row per run of its
+    validation grid (:func:`validation_grid`) with ``cached`` and, where cached, its :func:`outcome` (validation sets,
+    the final model) and ``diverged_l,np`` / ``diverged_l,p``, how many of each cohort's personal models had diverged
+    at the last evaluation. A partial grid selects nothing: these rows are progress, not results. Empty once every
+    dataset is shown."""
     rows = []
     for c in validation_grid(profile, seed=seed, **placement):
         if c.dataset in shown:
