@@ -359,18 +359,28 @@ def test_runs_that_differ_in_lambda_alone_share_one_training_bit_for_bit(tmp_pat
 
 def test_the_committed_femnist_grid_progress():
     """The FEMNIST numbers the issue notes give for its paper grid so far, read from the committed cache (nothing is
-    computed): the Non-Private+Ditto unit at the tuned η_p (validation sets, the final model), none of its personal
-    models diverged; FEMNIST is not yet a dataset section 6 can show."""
+    computed): each cached unit at the tuned η_p (validation sets, the final model, λ = 0.05, 0.2, 1), none of its
+    personal models diverged, ε of the private clients at δ = 10⁻⁵ where there are any; FEMNIST is not yet a dataset
+    section 6 can show."""
     from pathlib import Path
 
     cache = runs.Cache(Path(__file__).parents[1] / "figures" / "aldaghri_fedhdp" / "cache")
     progress = fl.grid_progress("paper", cache.load, ())
-    femnist = progress[(progress.dataset == "femnist") & (progress.algorithm == "Non-Private+Ditto")].set_index("lam_np")
-    assert femnist.cached.all() and len(femnist) == 3
-    assert femnist["Acc_g"].to_numpy() == pytest.approx([82.49] * 3, abs=0.01)          # λ never moves the global model
-    assert femnist["Acc_l,np"].to_numpy() == pytest.approx([74.08, 78.35, 82.91], abs=0.01)    # λ = 0.05, 0.2, 1
-    assert femnist["Acc_l,p"].to_numpy() == pytest.approx([79.17, 82.21, 83.58], abs=0.01)
-    assert (femnist[["diverged_l,np", "diverged_l,p"]].to_numpy() == 0).all()
+    # unit: (Acc_g, Acc_l,np at λ = 0.05, 0.2, 1, Acc_l,p at the same λ, ε_p)
+    expected = {"Non-Private+Ditto": (82.49, [74.08, 78.35, 82.91], [79.17, 82.21, 83.58], None),
+                "DP-FedAvg+Ditto": (64.27, [67.42, 65.38, 65.55], [68.77, 67.91, 66.46], 38.69)}
+    for algorithm, (acc_g, acc_np, acc_p, eps) in expected.items():
+        unit = progress[(progress.dataset == "femnist") & (progress.algorithm == algorithm)].set_index("lam_np")
+        assert unit.cached.all() and len(unit) == 3, algorithm
+        assert unit["Acc_g"].to_numpy() == pytest.approx([acc_g] * 3, abs=0.01), algorithm   # λ never moves it
+        assert unit["Acc_l,np"].to_numpy() == pytest.approx(acc_np, abs=0.01), algorithm
+        assert unit["Acc_l,p"].to_numpy() == pytest.approx(acc_p, abs=0.01), algorithm
+        assert (unit[["diverged_l,np", "diverged_l,p"]].to_numpy() == 0).all(), algorithm
+        if eps is None:
+            assert unit["ε_p"].isna().all(), algorithm
+        else:
+            assert unit["ε_p"].to_numpy() == pytest.approx([eps] * 3, abs=0.01), algorithm
+            assert (unit["δ"] == 1e-5).all(), algorithm
 
 
 def test_the_committed_paper_setting_numbers(data_root):
