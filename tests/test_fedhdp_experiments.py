@@ -365,7 +365,8 @@ def test_the_committed_femnist_grid_progress():
     from pathlib import Path
 
     cache = runs.Cache(Path(__file__).parents[1] / "figures" / "aldaghri_fedhdp" / "cache")
-    progress = fl.grid_progress("paper", cache.load, ())
+    others = tuple(d for d in fl.PAPER_DATASETS if d != "femnist")        # shown: their 72 runs are not read
+    progress = fl.grid_progress("paper", cache.load, others)
     # unit: (Acc_g, Acc_l,np at λ = 0.05, 0.2, 1, Acc_l,p at the same λ, ε_p)
     expected = {"Non-Private+Ditto": (82.49, [74.08, 78.35, 82.91], [79.17, 82.21, 83.58], None),
                 "DP-FedAvg+Ditto": (64.27, [67.42, 65.38, 65.55], [68.77, 67.91, 66.46], 38.69)}
@@ -381,6 +382,14 @@ def test_the_committed_femnist_grid_progress():
         else:
             assert unit["ε_p"].to_numpy() == pytest.approx([eps] * 3, abs=0.01), algorithm
             assert (unit["δ"] == 1e-5).all(), algorithm
+            # the same ε by Google's dp_accounting: RDP of the Poisson-subsampled Gaussian, q, Table 7's z, every round
+            import dp_accounting
+
+            rdp = dp_accounting.rdp.RdpAccountant()
+            event = dp_accounting.PoissonSampledDpEvent(fl.SETTINGS["paper"]["femnist"]["q"],
+                                                        dp_accounting.GaussianDpEvent(fl.TABLE7["femnist"]["z"]))
+            rdp.compose(event, int(unit["rounds"].iloc[0]))
+            assert rdp.get_epsilon(1e-5) == pytest.approx(eps, abs=0.01), algorithm
 
 
 def test_the_committed_paper_setting_numbers(data_root):
