@@ -367,12 +367,16 @@ def test_the_committed_femnist_grid_progress():
     cache = runs.Cache(Path(__file__).parents[1] / "figures" / "aldaghri_fedhdp" / "cache")
     others = tuple(d for d in fl.PAPER_DATASETS if d != "femnist")        # shown: their 72 runs are not read
     progress = fl.grid_progress("paper", cache.load, others)
-    # unit: (Acc_g, Acc_l,np at λ = 0.05, 0.2, 1, Acc_l,p at the same λ, ε_p)
+    # unit ("FedHDP r=0" for FedHDP's): (Acc_g, Acc_l,np at λ = 0.05, 0.2, 1, Acc_l,p at the same λ, ε_p)
     expected = {"Non-Private+Ditto": (82.49, [74.08, 78.35, 82.91], [79.17, 82.21, 83.58], None),
                 "DP-FedAvg+Ditto": (64.27, [67.42, 65.38, 65.55], [68.77, 67.91, 66.46], 38.69),
                 "HDP-FedAvg+Ditto": (65.09, [66.69, 65.31, 64.55], [69.73, 69.59, 66.91], 38.69)}
     for algorithm, (acc_g, acc_np, acc_p, eps) in expected.items():
-        unit = progress[(progress.dataset == "femnist") & (progress.algorithm == algorithm)].set_index("lam_np")
+        name, _, r = algorithm.partition(" r=")
+        rows = (progress.dataset == "femnist") & (progress.algorithm == name)
+        if r:                                                               # FedHDP: one unit per r
+            rows &= progress.r == float(r)
+        unit = progress[rows].set_index("lam_np")
         assert unit.cached.all() and len(unit) == 3, algorithm
         assert unit["Acc_g"].to_numpy() == pytest.approx([acc_g] * 3, abs=0.01), algorithm   # λ never moves it
         assert unit["Acc_l,np"].to_numpy() == pytest.approx(acc_np, abs=0.01), algorithm
