@@ -372,7 +372,8 @@ def test_the_committed_femnist_grid_progress():
                 "DP-FedAvg+Ditto": (64.27, [67.42, 65.38, 65.55], [68.77, 67.91, 66.46], 38.69),
                 "HDP-FedAvg+Ditto": (65.09, [66.69, 65.31, 64.55], [69.73, 69.59, 66.91], 38.69),
                 "FedHDP r=0": (66.76, [68.5, 71.32, 71.83], [72.91, 73.83, 74.65], 38.69),
-                "FedHDP r=0.1": (70.23, [70.16, 68.16, 65.21], [72.15, 72.78, 71.83], 38.69)}
+                "FedHDP r=0.1": (70.23, [70.16, 68.16, 65.21], [72.15, 72.78, 71.83], 38.69),
+                "FedHDP r=0.25": (66.35, [68.93, 67.4, 64.68], [71.26, 70.64, 69.31], 38.69)}
     for algorithm, (acc_g, acc_np, acc_p, eps) in expected.items():
         name, _, r = algorithm.partition(" r=")
         rows = (progress.dataset == "femnist") & (progress.algorithm == name)
